@@ -1,0 +1,163 @@
+# blockfp8 build. `make` builds the library and the CLI; `make demo` runs the main job; `make test` runs the
+# whole suite (unit tests, the same under ASan+UBSan, the numpy cross-check and a short fuzz run).
+#
+# Dependencies: cJSON (required, Debian libcjson-dev), OpenBLAS (optional: the CPU bench baseline, Debian
+# libopenblas-dev, found with pkg-config), CUDA 13 (optional: nvcc on PATH or in /usr/local/cuda/bin),
+# clang (optional: the fuzzer), python3 with numpy + ml_dtypes (the cross-check in `make test`).
+# scripts/install-deps.sh installs what is missing; `make` runs it itself when cJSON is absent and it is root.
+
+BUILD    ?= build
+CC       ?= cc
+SANITIZE ?= 0
+CUDA     ?= auto
+
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter -Iinclude -Isrc
+CFLAGS_BASE += $(shell pkg-config --cflags libcjson 2>/dev/null || echo -I/usr/include/cjson)
+LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpthread -lm
+
+ifeq ($(SANITIZE),1)
+  CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+  LDFLAGS_SAN := -fsanitize=address,undefined
+endif
+
+# ISA flags only on the kernel files that need them (files named *_avx2.c).
+AVX2_FLAGS := -mavx2 -mfma -mf16c
+
+# --- CUDA (optional) ----------------------------------------------------------------------------------------------
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(CUDA),auto)
+  WITH_CUDA := $(if $(NVCC),1,0)
+else
+  WITH_CUDA := $(CUDA)
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+# sm_90a for the Hopper kernels (wgmma/setmaxnreg), sm_89 so the generic mma.sync kernel also runs on Ada.
+NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_89,code=sm_89
+NVCCFLAGS := -std=c++17 -O3 -g -lineinfo $(NVCC_GENCODE) -Xcompiler -fPIC -Iinclude -Isrc --expt-relaxed-constexpr
+CUDA_SRCS := $(wildcard src/backends/cuda/*.cu)
+# CUDA objects are shared by the plain and the sanitizer builds (nvcc code is not instrumented).
+CUDA_OBJDIR := build/cuda
+
+SRCS := $(wildcard src/*.c src/backends/*.c)
+ifeq ($(WITH_CUDA),1)
+  SRCS := $(filter-out src/cuda_stub.c,$(SRCS)) $(wildcard src/backends/cuda/*.c)
+  CUDA_OBJS := $(patsubst src/backends/cuda/%.cu,$(CUDA_OBJDIR)/%.o,$(CUDA_SRCS))
+  CFLAGS_BASE += -DBFP8_WITH_CUDA=1 -I$(CUDA_HOME)/include
+  LDLIBS_BASE += -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lcuda -ldl -lrt -lstdc++
+  # libcuda.so is the driver: present on GPU machines; the toolkit's stub lets CPU-only machines link.
+  LDLIBS_BASE += -L$(CUDA_HOME)/lib64/stubs -Wl,-rpath,$(CUDA_HOME)/lib64
+else
+  SRCS := $(filter-out src/backends/cuda/%,$(SRCS))
+  CUDA_OBJS :=
+endif
+
+OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(SRCS))
+LIB_A := $(BUILD)/libblockfp8.a
+LIB_SO := $(BUILD)/libblockfp8.so
+
+# --- OpenBLAS (optional, CLI bench baseline) ----------------------------------------------------------------------
+OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+OPENBLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null)
+ifneq ($(OPENBLAS_LIBS),)
+  TOOL_CFLAGS := -DBFP8_HAVE_OPENBLAS=1 $(OPENBLAS_CFLAGS)
+  TOOL_LIBS := $(OPENBLAS_LIBS)
+endif
+
+TOOL_SRCS := $(wildcard tools/*.c)
+TOOL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TOOL_SRCS))
+CLI := $(BUILD)/blockfp8
+
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+
+.PHONY: all lib cli demo test check-unit check-asan check-crosscheck check-cli fuzz fuzz-build deps clean help
+
+all: $(BUILD)/.deps-ok lib cli
+
+lib: $(LIB_A) $(LIB_SO)
+cli: $(CLI)
+
+help:
+	@echo "make [all] | demo | test | fuzz | deps | clean   (CUDA=0 to skip CUDA, SANITIZE=1 for ASan+UBSan)"
+
+$(BUILD)/.deps-ok: scripts/install-deps.sh
+	@mkdir -p $(BUILD)
+	@sh scripts/install-deps.sh --check-build || sh scripts/install-deps.sh --build
+	@touch $@
+
+deps:
+	sh scripts/install-deps.sh --all
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c include/blockfp8.h src/internal.h | $(BUILD)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(AVX2_FLAGS) -c $< -o $@
+
+$(BUILD)/obj/tools/%.o: tools/%.c include/blockfp8.h $(wildcard tools/*.h) | $(BUILD)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(TOOL_CFLAGS) -Itools -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c include/blockfp8.h src/internal.h $(wildcard src/*.h src/backends/*.h) | $(BUILD)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -c $< -o $@
+
+$(CUDA_OBJDIR)/%.o: src/backends/cuda/%.cu include/blockfp8.h src/internal.h $(wildcard src/backends/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB_A): $(OBJS) $(CUDA_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(LIB_SO): $(OBJS) $(CUDA_OBJS)
+	$(CC) -shared $(LDFLAGS_SAN) -o $@ $^ $(LDLIBS_BASE)
+
+$(CLI): $(TOOL_OBJS) $(LIB_A)
+	$(CC) $(LDFLAGS_SAN) -o $@ $(TOOL_OBJS) $(LIB_A) $(LDLIBS_BASE) $(TOOL_LIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/check.h $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Itests -o $@ $< $(LIB_A) $(LDFLAGS_SAN) $(LDLIBS_BASE)
+
+# --- the main job -------------------------------------------------------------------------------------------------
+demo: all
+	./$(CLI) demo
+
+# --- tests --------------------------------------------------------------------------------------------------------
+# The whole suite: plain build, sanitizer build, CLI end-to-end, numpy cross-check, short fuzz.
+test: all
+	@sh scripts/install-deps.sh --check-test || sh scripts/install-deps.sh --test
+	$(MAKE) --no-print-directory check-unit
+	$(MAKE) --no-print-directory check-asan
+	$(MAKE) --no-print-directory check-cli
+	$(MAKE) --no-print-directory check-crosscheck
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-30}
+	@echo "make test: all stages passed"
+
+check-unit: $(TEST_BINS) $(CLI)
+	@sh tests/run-unit.sh $(BUILD)
+
+check-asan:
+	$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 check-unit
+
+check-cli: $(CLI)
+	@sh tests/cli.sh $(BUILD)
+
+check-crosscheck: $(CLI)
+	for f in tests/crosscheck_*.py; do python3 $$f --build $(BUILD) || exit 1; done
+
+# --- fuzzing (clang libFuzzer) ------------------------------------------------------------------------------------
+FUZZ_BIN := build-fuzz/fuzz_safetensors
+FUZZ_SECONDS ?= 30
+FUZZ_CC ?= clang
+fuzz-build: $(FUZZ_BIN)
+$(FUZZ_BIN): fuzz/fuzz_safetensors.c $(wildcard src/*.c) include/blockfp8.h src/internal.h
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+	  $(shell pkg-config --cflags libcjson 2>/dev/null) -o $@ fuzz/fuzz_safetensors.c src/safetensors.c \
+	  src/errors.c src/formats.c $(LDLIBS_BASE)
+fuzz: $(FUZZ_BIN)
+	@mkdir -p build-fuzz/corpus
+	./$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 build-fuzz/corpus fuzz/corpus
+
+clean:
+	rm -rf build build-asan build-fuzz

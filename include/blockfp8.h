@@ -1,0 +1,380 @@
+/*
+ * blockfp8: DeepSeek-style block-scaled FP8 linear layers (W8A8).
+ *
+ * Activations are quantized in 1x128 groups along K, weights in 128x128 blocks; each group carries one fp32
+ * or power-of-two (UE8M0) scale. The GEMM accumulates every 128-deep K block in fp32, multiplies it by the two
+ * scales ("promotion") and rounds once to the output dtype. Several backends implement it; a dispatcher picks one
+ * per call from capabilities declared as data and never falls back silently. Numerics: DESIGN.md section 3.
+ *
+ * Conventions: every function that can fail returns a bfp8_status; on failure bfp8_last_error() holds a message
+ * for the calling thread. Library code never exits or aborts. Sizes are int64_t and checked for overflow.
+ * Matrices are row-major and contiguous: A (activations) is [M, K], B (the weight) is [N, K], Y is [M, N].
+ */
+#ifndef BLOCKFP8_H
+#define BLOCKFP8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BFP8_VERSION "0.1.0"
+#define BFP8_BLOCK 128 /* group width along K, and the weight block edge */
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Status and errors
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef enum bfp8_status {
+    BFP8_OK = 0,
+    BFP8_ERR_INVALID_ARGUMENT, /* NULL pointer, negative or overflowing size, shape mismatch, unknown enum */
+    BFP8_ERR_UNSUPPORTED,      /* no backend can run the problem, or strict policy and the named one cannot */
+    BFP8_ERR_NOT_FOUND,        /* unknown backend or tensor name */
+    BFP8_ERR_OUT_OF_MEMORY,
+    BFP8_ERR_IO,               /* open/read/write failed */
+    BFP8_ERR_FORMAT,           /* malformed file */
+    BFP8_ERR_DEVICE,           /* a CUDA or cuBLASLt call failed */
+} bfp8_status;
+
+const char *bfp8_status_name(bfp8_status status);
+/* The message of the last failure on this thread ("" if none). Valid until the next failing call on the thread. */
+const char *bfp8_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Element types and scalar conversions (DESIGN section 3)
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef enum bfp8_dtype {
+    BFP8_DTYPE_F32 = 0,
+    BFP8_DTYPE_BF16,
+    BFP8_DTYPE_F16,
+    BFP8_DTYPE_E4M3, /* OCP e4m3fn */
+    BFP8_DTYPE_I32,
+    BFP8_DTYPE_COUNT
+} bfp8_dtype;
+
+const char *bfp8_dtype_name(bfp8_dtype dtype);                  /* "f32", "bf16", "f16", "e4m3", "i32" */
+bfp8_status bfp8_dtype_parse(const char *name, bfp8_dtype *out); /* also accepts "fp32", "fp16", "float32", ... */
+size_t bfp8_dtype_size(bfp8_dtype dtype);                       /* 0 for an unknown dtype */
+
+/* E4M3: round to nearest even; |x| beyond 448 (inf included) saturates to +-448; NaN -> 0x7F with the sign kept. */
+uint8_t bfp8_e4m3_from_f32(float x);
+float bfp8_e4m3_to_f32(uint8_t code);
+/* UE8M0: value 2^(e-127). ceil: exponent of s, +1 if any mantissa bit is set, clamped to [1, 254]. */
+uint8_t bfp8_ue8m0_ceil(float s);
+float bfp8_ue8m0_to_f32(uint8_t e);
+/* bf16 / fp16: round to nearest even; NaN stays NaN; fp16 overflow -> inf. */
+uint16_t bfp8_bf16_from_f32(float x);
+float bfp8_bf16_to_f32(uint16_t bits);
+uint16_t bfp8_f16_from_f32(float x);
+float bfp8_f16_to_f32(uint16_t bits);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Scales
+ *
+ * A scale matrix has `rows` rows (M for activations, ceil(N/128) for weights) and `kblocks` = ceil(K/128)
+ * columns. Values are the dequantization multipliers (x ~ q * s). UE8M0 scales are powers of two; in the three
+ * float layouts they are stored as fp32 values, in the packed layout as 8-bit exponents, four per uint32.
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef enum bfp8_scale_format {
+    BFP8_SCALE_FP32 = 0,
+    BFP8_SCALE_UE8M0,
+    BFP8_SCALE_FORMAT_COUNT
+} bfp8_scale_format;
+
+typedef enum bfp8_scale_layout {
+    BFP8_LAYOUT_ROW_MAJOR = 0,    /* float [rows][kblocks]: element (r, kb) at r*kblocks + kb */
+    BFP8_LAYOUT_MN_MAJOR,         /* float [kblocks][rows]: (r, kb) at kb*rows + r */
+    BFP8_LAYOUT_MN_MAJOR_ALIGNED, /* float [kblocks][ld], ld = rows rounded up to 4 (16 bytes): kb*ld + r */
+    BFP8_LAYOUT_PACKED_UE8M0,     /* uint32 [ceil(kblocks/4)][ld], ld = rows rounded up to 4; exponent of
+                                     (r, kb) in byte kb%4 (little-endian) of word (kb/4)*ld + r; UE8M0 only */
+    BFP8_LAYOUT_COUNT
+} bfp8_scale_layout;
+
+const char *bfp8_scale_format_name(bfp8_scale_format format); /* "fp32", "ue8m0" */
+bfp8_status bfp8_scale_format_parse(const char *name, bfp8_scale_format *out);
+const char *bfp8_scale_layout_name(bfp8_scale_layout layout); /* "row_major", "mn_major", ... */
+
+typedef struct bfp8_scales {
+    bfp8_scale_format format;
+    bfp8_scale_layout layout;
+    int64_t rows;
+    int64_t kblocks;
+    void *data; /* float* for the float layouts, uint32_t* for PACKED_UE8M0; host or device memory */
+} bfp8_scales;
+
+/* Number of bytes `data` needs for that layout and shape; 0 (with an error set) when invalid or overflowing. */
+size_t bfp8_scales_bytes(bfp8_scale_layout layout, int64_t rows, int64_t kblocks);
+/* Fills a descriptor (data may be NULL to only validate the combination). */
+bfp8_status bfp8_scales_init(bfp8_scales *s, bfp8_scale_format format, bfp8_scale_layout layout, int64_t rows,
+                             int64_t kblocks, void *data);
+/* Host access to one scale as fp32, whatever the layout. No argument checks: for loops over valid indices. */
+float bfp8_scales_get(const bfp8_scales *s, int64_t row, int64_t kblock);
+/* Converts host scales between layouts (and fp32 -> ue8m0 formats is refused: requantize the data instead).
+ * dst must be initialized with the wanted layout, the same rows/kblocks, and room for its bytes. */
+bfp8_status bfp8_scales_convert(const bfp8_scales *src, bfp8_scales *dst);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Quantization (host). Non-finite inputs encode as NaN, never change a scale, and are counted in *nonfinite
+ * (may be NULL). Inputs are row-major f32, bf16 or f16.
+ * ------------------------------------------------------------------------------------------------------------- */
+/* x [m, k] -> q [m, k] e4m3 and scales (rows = m, kblocks = ceil(k/128), any layout, format set in `scales`). */
+bfp8_status bfp8_quantize_act(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
+                              bfp8_scales *scales, int64_t *nonfinite);
+/* w [n, k] -> q [n, k] e4m3 and scales (rows = ceil(n/128), kblocks = ceil(k/128)). */
+bfp8_status bfp8_quantize_weight(const void *w, bfp8_dtype w_dtype, int64_t n, int64_t k, uint8_t *q,
+                                 bfp8_scales *scales, int64_t *nonfinite);
+/* q * s back to fp32; `block_rows` is 1 for activations and 128 for weights. */
+bfp8_status bfp8_dequantize(const uint8_t *q, int64_t rows, int64_t k, const bfp8_scales *scales,
+                            int64_t block_rows, float *out);
+/* Re-expresses an fp32-scaled weight with UE8M0 scales: dequantize each block, take a power-of-two scale from
+ * its amax, quantize again. q_out/scales_out may not alias the inputs. */
+bfp8_status bfp8_requantize_weight_ue8m0(const uint8_t *q, int64_t n, int64_t k, const bfp8_scales *scales,
+                                         uint8_t *q_out, bfp8_scales *scales_out);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Devices, problems and backends
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef enum bfp8_device {
+    BFP8_DEVICE_CPU = 0,
+    BFP8_DEVICE_CUDA,
+    BFP8_DEVICE_COUNT
+} bfp8_device;
+
+const char *bfp8_device_name(bfp8_device device); /* "cpu", "cuda" */
+bfp8_status bfp8_device_parse(const char *name, bfp8_device *out);
+
+#define BFP8_BIT(x) (1u << (unsigned)(x))
+
+/* Everything a dispatch decision may depend on. Nothing else. */
+typedef struct bfp8_problem {
+    bfp8_device device;
+    int arch; /* CUDA compute capability x10 (90 = sm_90); 0 on the CPU */
+    int64_t m, n, k;
+    bfp8_dtype out_dtype;
+    bfp8_scale_format scale_format; /* of both operands */
+    uint32_t a_layouts;             /* BFP8_BIT(layout) set of activation-scale layouts on offer */
+    uint32_t b_layouts;             /* ... and of weight-scale layouts on offer */
+    bool has_bias;
+    bfp8_dtype bias_dtype; /* ignored without bias */
+} bfp8_problem;
+
+/* Capabilities, declared as data. A zero field means "no limit" where noted. */
+typedef struct bfp8_caps {
+    bfp8_device device;
+    int min_arch, max_arch;   /* CUDA only; 0 = no limit */
+    uint32_t out_dtypes;      /* BFP8_BIT(dtype) set */
+    uint32_t scale_formats;   /* BFP8_BIT(format) set */
+    uint32_t a_layouts;       /* scale layouts consumed, BFP8_BIT(layout) set */
+    uint32_t b_layouts;
+    uint32_t bias_dtypes;     /* 0 = no bias support */
+    int64_t min_k;            /* 0 = none */
+    int64_t m_multiple;       /* 0 or 1 = any */
+    bool pads_m;              /* M that is not a multiple of m_multiple is padded internally */
+    int64_t n_multiple, k_multiple;
+    int64_t max_m, max_n, max_k; /* 0 = none */
+    int priority;             /* auto picks the capable backend with the highest priority */
+} bfp8_caps;
+
+typedef struct bfp8_gemm_args {
+    int64_t m, n, k;
+    const uint8_t *a;     /* [m, k] e4m3 */
+    bfp8_scales a_scales; /* rows m */
+    const uint8_t *b;     /* [n, k] e4m3 */
+    bfp8_scales b_scales; /* rows ceil(n/128) */
+    const void *bias;     /* [n] or NULL */
+    bfp8_dtype bias_dtype;
+    void *y; /* [m, n] */
+    bfp8_dtype y_dtype;
+    bfp8_device device; /* where every pointer above lives */
+    void *stream;       /* cudaStream_t for CUDA, NULL = default stream; ignored on the CPU */
+} bfp8_gemm_args;
+
+typedef struct bfp8_backend bfp8_backend;
+struct bfp8_backend {
+    const char *name;
+    const char *summary;
+    bfp8_caps caps;
+    /* Optional: a further condition beyond `caps`. Returns true, or false with a reason written to `reason`. */
+    bool (*supports)(const bfp8_backend *self, const bfp8_problem *p, char *reason, size_t reason_size);
+    /* Runs the GEMM. Called only for problems the backend accepted; args are already validated. */
+    bfp8_status (*gemm)(const bfp8_backend *self, const bfp8_gemm_args *args);
+    void *ctx; /* backend-owned */
+};
+
+/* Whether `b` can run `p`; on "no", a human-readable reason. Pure. */
+bool bfp8_backend_check(const bfp8_backend *b, const bfp8_problem *p, char *reason, size_t reason_size);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Dispatch (DESIGN section 4)
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef enum bfp8_policy {
+    BFP8_POLICY_AUTO = 0, /* best capable backend on the data's device */
+    BFP8_POLICY_PREFER,   /* the named one when capable, else auto among the rest (a recorded fallback) */
+    BFP8_POLICY_STRICT,   /* the named one, or BFP8_ERR_UNSUPPORTED carrying its reason */
+} bfp8_policy;
+
+#define BFP8_REASON_MAX 256
+
+typedef struct bfp8_decision {
+    const bfp8_backend *backend;   /* chosen; NULL on failure */
+    const bfp8_backend *preferred; /* the one the policy named, or NULL */
+    bool fallback;                 /* preferred was named but not chosen */
+    char reason[BFP8_REASON_MAX];  /* why the preferred one was not chosen (or why nothing was) */
+} bfp8_decision;
+
+/* The pure selection function: the same inputs always give the same decision, and nothing is recorded. */
+bfp8_status bfp8_select(const bfp8_backend *const *backends, size_t count, const bfp8_problem *p,
+                        bfp8_policy policy, const char *preferred_name, bfp8_decision *out);
+
+/* A dispatcher: a registry of backends, a policy and thread-safe statistics. */
+typedef struct bfp8_dispatcher bfp8_dispatcher;
+
+/* An empty dispatcher (tests add mock backends to it). */
+bfp8_status bfp8_dispatcher_create(bfp8_dispatcher **out);
+/* A dispatcher holding every built-in backend available on this machine, policy from BFP8_BACKEND (prefer). */
+bfp8_status bfp8_dispatcher_create_default(bfp8_dispatcher **out);
+/* The process-wide default dispatcher (created on first use; thread-safe). Never free it. */
+bfp8_dispatcher *bfp8_dispatcher_default(void);
+void bfp8_dispatcher_free(bfp8_dispatcher *d);
+
+/* The backend is borrowed: it must outlive the dispatcher. Names must be unique. */
+bfp8_status bfp8_dispatcher_add(bfp8_dispatcher *d, const bfp8_backend *backend);
+/* Records a backend that is built in but cannot be used here, with why (shown by explain). */
+bfp8_status bfp8_dispatcher_add_unavailable(bfp8_dispatcher *d, const char *name, const char *why);
+bfp8_status bfp8_dispatcher_set_policy(bfp8_dispatcher *d, bfp8_policy policy, const char *backend_name);
+size_t bfp8_dispatcher_count(const bfp8_dispatcher *d);
+const bfp8_backend *bfp8_dispatcher_get(const bfp8_dispatcher *d, size_t index);
+const bfp8_backend *bfp8_dispatcher_find(const bfp8_dispatcher *d, const char *name);
+size_t bfp8_dispatcher_unavailable_count(const bfp8_dispatcher *d);
+bfp8_status bfp8_dispatcher_unavailable_at(const bfp8_dispatcher *d, size_t index, const char **name,
+                                           const char **why);
+/* Decides with the dispatcher's policy; records nothing. */
+bfp8_status bfp8_dispatcher_select(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *out);
+/* Prints every backend with "ok" or its reason, the unavailable ones, and the choice. */
+bfp8_status bfp8_dispatcher_explain(bfp8_dispatcher *d, const bfp8_problem *p, FILE *out);
+
+/* Statistics: every call per backend, every fallback per (preferred, chosen, reason). */
+typedef struct bfp8_fallback_stat {
+    char preferred[64];
+    char chosen[64];
+    char reason[BFP8_REASON_MAX];
+    uint64_t count;
+} bfp8_fallback_stat;
+uint64_t bfp8_dispatcher_calls(bfp8_dispatcher *d, const char *backend_name);
+size_t bfp8_dispatcher_fallback_count(bfp8_dispatcher *d);
+bfp8_status bfp8_dispatcher_fallback_at(bfp8_dispatcher *d, size_t index, bfp8_fallback_stat *out);
+/* Non-finite activation values seen by bfp8_linear (each encoded as NaN). */
+uint64_t bfp8_dispatcher_nonfinite_inputs(bfp8_dispatcher *d);
+void bfp8_dispatcher_reset_stats(bfp8_dispatcher *d);
+void bfp8_dispatcher_print_stats(bfp8_dispatcher *d, FILE *out);
+
+/* The problem a GEMM call poses (arch is read from the current CUDA device for device = cuda). */
+bfp8_status bfp8_problem_from_gemm(const bfp8_gemm_args *args, bfp8_problem *out);
+/* Validates, decides (recording stats and, with BFP8_LOG=dispatch, logging each distinct decision once) and runs.
+ * d = NULL uses the default dispatcher. */
+bfp8_status bfp8_gemm(bfp8_dispatcher *d, const bfp8_gemm_args *args);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Prepared weights and the linear layer
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef struct bfp8_weight bfp8_weight;
+
+typedef struct bfp8_weight_info {
+    int64_t n, k;
+    bfp8_scale_format scale_format;
+    uint32_t host_layouts;   /* BFP8_BIT(layout) set of scale layouts held in host memory */
+    uint32_t device_layouts; /* ... held in CUDA device memory (with the fp8 data) */
+} bfp8_weight_info;
+
+/* Copies q [n, k] and its scales (any layout) into a new weight held in host memory. */
+bfp8_status bfp8_weight_create(bfp8_weight **out, const uint8_t *q, int64_t n, int64_t k,
+                               const bfp8_scales *scales);
+/* Quantizes w [n, k] (f32, bf16 or f16) into a new weight. */
+bfp8_status bfp8_weight_quantize(bfp8_weight **out, const void *w, bfp8_dtype w_dtype, int64_t n, int64_t k,
+                                 bfp8_scale_format format, int64_t *nonfinite);
+/* Makes what the named backend consumes (scale layouts; device residency for CUDA backends) and keeps
+ * everything already held, so that a fallback still finds its form. NULL backend_name prepares for every
+ * backend of the dispatcher. */
+bfp8_status bfp8_weight_prepare(bfp8_weight *w, bfp8_dispatcher *d, const char *backend_name);
+bfp8_status bfp8_weight_info_get(const bfp8_weight *w, bfp8_weight_info *out);
+/* Borrowed views: fp8 data and the scales in `layout`, on `device` (BFP8_ERR_NOT_FOUND if not held). */
+bfp8_status bfp8_weight_view(const bfp8_weight *w, bfp8_device device, bfp8_scale_layout layout,
+                             const uint8_t **q, bfp8_scales *scales);
+void bfp8_weight_free(bfp8_weight *w);
+
+typedef struct bfp8_linear_args {
+    const void *x; /* [m, k] */
+    bfp8_dtype x_dtype;
+    int64_t m;
+    const void *bias; /* [n] or NULL */
+    bfp8_dtype bias_dtype;
+    void *y; /* [m, n] */
+    bfp8_dtype y_dtype;
+    bfp8_device device; /* where x, bias and y live */
+    void *stream;
+} bfp8_linear_args;
+
+/* y = dequant(quant(x)) @ dequant(w)^T + bias: x quantized in 1x128 groups with the weight's scale format, the
+ * GEMM through the dispatcher (d = NULL: default). The equivalent of SGLang's apply_w8a8_block_fp8_linear. */
+bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_linear_args *args);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * safetensors
+ * ------------------------------------------------------------------------------------------------------------- */
+#define BFP8_MAX_DIMS 8
+
+typedef struct bfp8_tensor {
+    char *name;
+    bfp8_dtype dtype;
+    int ndim;
+    int64_t shape[BFP8_MAX_DIMS];
+    void *data; /* owned by the file (reader) or borrowed (writer) */
+    size_t nbytes;
+} bfp8_tensor;
+
+typedef struct bfp8_safetensors bfp8_safetensors;
+
+/* Reads and validates a whole file: header, dtypes, shapes, byte counts and offsets. Malformed -> FORMAT. */
+bfp8_status bfp8_safetensors_open(const char *path, bfp8_safetensors **out);
+/* The same from memory (copied); what the fuzzer drives. */
+bfp8_status bfp8_safetensors_parse(const void *bytes, size_t size, bfp8_safetensors **out);
+size_t bfp8_safetensors_count(const bfp8_safetensors *f);
+const bfp8_tensor *bfp8_safetensors_at(const bfp8_safetensors *f, size_t index);
+const bfp8_tensor *bfp8_safetensors_find(const bfp8_safetensors *f, const char *name);
+void bfp8_safetensors_close(bfp8_safetensors *f);
+
+/* Writes tensors (data borrowed from the array) to `path` atomically (temp file + rename). */
+bfp8_status bfp8_safetensors_write(const char *path, const bfp8_tensor *tensors, size_t count);
+
+/* Loads DeepSeek naming: NAME (F8_E4M3 [N,K]) + NAME_scale_inv (F32 [ceil(N/128), ceil(K/128)]). */
+bfp8_status bfp8_weight_load(const bfp8_safetensors *f, const char *name, bfp8_weight **out);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * CUDA device memory and GPU quantization. Without CUDA (not built, or no device) these return
+ * BFP8_ERR_UNSUPPORTED with the reason; bfp8_cuda_available() says which.
+ * ------------------------------------------------------------------------------------------------------------- */
+bool bfp8_cuda_available(char *why, size_t why_size);
+bfp8_status bfp8_cuda_malloc(void **ptr, size_t bytes);
+bfp8_status bfp8_cuda_free(void *ptr);
+bfp8_status bfp8_cuda_upload(void *device_dst, const void *host_src, size_t bytes);
+bfp8_status bfp8_cuda_download(void *host_dst, const void *device_src, size_t bytes);
+bfp8_status bfp8_cuda_synchronize(void *stream);
+/* Same contract and bytes as bfp8_quantize_act, with x, q and scales->data in device memory. nonfinite, if not
+ * NULL, is a device int64 that the kernel adds the count of non-finite inputs to. */
+bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
+                                   bfp8_scales *scales, int64_t *nonfinite, void *stream);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * CPU threads (the `cpu` backend and the vectorized quantizers)
+ * ------------------------------------------------------------------------------------------------------------- */
+/* n <= 0 restores the default: BFP8_NUM_THREADS, else the number of online cores. */
+bfp8_status bfp8_set_num_threads(int n);
+int bfp8_get_num_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BLOCKFP8_H */

@@ -1,0 +1,83 @@
+/* Internal helpers shared by the library's C files. Not installed. */
+#ifndef BFP8_INTERNAL_H
+#define BFP8_INTERNAL_H
+
+#include "blockfp8.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Sets the thread-local error message and returns `status` (so callers can `return bfp8_fail(...)`). */
+bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#define BFP8_CHECK_ARG(cond, ...)                                                                                \
+    do {                                                                                                         \
+        if (!(cond)) return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, __VA_ARGS__);                                  \
+    } while (0)
+
+#define BFP8_TRY(expr)                                                                                           \
+    do {                                                                                                         \
+        bfp8_status bfp8_try_status_ = (expr);                                                                   \
+        if (bfp8_try_status_ != BFP8_OK) return bfp8_try_status_;                                                \
+    } while (0)
+
+static inline int64_t bfp8_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t bfp8_round_up(int64_t a, int64_t b) { return bfp8_ceil_div(a, b) * b; }
+
+/* a*b into *out; false on overflow or a negative operand. */
+static inline bool bfp8_mul_ok(int64_t a, int64_t b, int64_t *out) {
+    if (a < 0 || b < 0) return false;
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+/* Validates a [rows, cols] shape (non-negative, rows*cols*elem_size fits in size_t and int64). */
+bfp8_status bfp8_check_matrix(const char *what, int64_t rows, int64_t cols, size_t elem_size, size_t *bytes);
+
+/* Validates a scale descriptor against the shape it must have. */
+bfp8_status bfp8_check_scales(const char *what, const bfp8_scales *s, int64_t rows, int64_t kblocks);
+
+/* One element of a float-typed (f32/bf16/f16) array as fp32. */
+static inline float bfp8_load_f32(const void *p, bfp8_dtype dt, int64_t i) {
+    switch (dt) {
+    case BFP8_DTYPE_BF16: return bfp8_bf16_to_f32(((const uint16_t *)p)[i]);
+    case BFP8_DTYPE_F16: return bfp8_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* Rounds once (RNE) and stores into a float-typed array. */
+static inline void bfp8_store_f32(void *p, bfp8_dtype dt, int64_t i, float v) {
+    switch (dt) {
+    case BFP8_DTYPE_BF16: ((uint16_t *)p)[i] = bfp8_bf16_from_f32(v); break;
+    case BFP8_DTYPE_F16: ((uint16_t *)p)[i] = bfp8_f16_from_f32(v); break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+
+static inline bool bfp8_is_float_dtype(bfp8_dtype dt) {
+    return dt == BFP8_DTYPE_F32 || dt == BFP8_DTYPE_BF16 || dt == BFP8_DTYPE_F16;
+}
+
+/* Rounds a double once to the output dtype (the reference's single rounding). */
+void bfp8_store_f64(void *p, bfp8_dtype dt, int64_t i, double v);
+
+/* Scale of one group from its amax over finite values (DESIGN section 3). */
+float bfp8_group_scale(float amax, bfp8_scale_format format);
+
+/* Built-in backends. Each file defines one; CUDA ones register themselves only when a device exists. */
+extern const bfp8_backend bfp8_backend_ref;
+extern const bfp8_backend bfp8_backend_cpu;
+/* Adds the CUDA backends (or records why they are unavailable). Defined in the CUDA glue or its stub. */
+bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d);
+/* CUDA arch of the current device x10, or 0. */
+int bfp8_cuda_current_arch(void);
+/* Moves a prepared weight's data onto the device (CUDA glue): allocates and copies q and the scales. */
+bfp8_status bfp8_cuda_upload_weight_layout(const uint8_t *q_host, size_t q_bytes, const bfp8_scales *host_scales,
+                                           uint8_t **q_dev, bfp8_scales *dev_scales);
+
+#endif

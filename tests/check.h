@@ -1,0 +1,77 @@
+/* A minimal test harness: CHECK records a failure and continues; main() ends with TEST_SUMMARY(). */
+#ifndef BFP8_TEST_CHECK_H
+#define BFP8_TEST_CHECK_H
+
+#include "blockfp8.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_passed_, check_failed_;
+
+#define CHECK(cond, ...)                                                                                         \
+    do {                                                                                                         \
+        if (cond) {                                                                                              \
+            check_passed_++;                                                                                     \
+        } else {                                                                                                 \
+            check_failed_++;                                                                                     \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);                             \
+            fprintf(stderr, __VA_ARGS__);                                                                        \
+            fprintf(stderr, "\n");                                                                               \
+        }                                                                                                        \
+    } while (0)
+
+#define CHECK_OK(expr)                                                                                           \
+    do {                                                                                                         \
+        bfp8_status check_st_ = (expr);                                                                          \
+        CHECK(check_st_ == BFP8_OK, "%s -> %s: %s", #expr, bfp8_status_name(check_st_), bfp8_last_error());     \
+    } while (0)
+
+/* Expects a specific failure status and a non-empty error message. */
+#define CHECK_STATUS(expr, want)                                                                                 \
+    do {                                                                                                         \
+        bfp8_status check_st_ = (expr);                                                                          \
+        CHECK(check_st_ == (want) && bfp8_last_error()[0] != '\0', "%s -> %s (want %s): '%s'", #expr,           \
+              bfp8_status_name(check_st_), bfp8_status_name(want), bfp8_last_error());                          \
+    } while (0)
+
+/* Exit status 1 when anything failed; the closing line is "N passed, N failed". */
+#define TEST_SUMMARY(name)                                                                                       \
+    (printf("%s: %d passed, %d failed\n", (name), check_passed_, check_failed_), check_failed_ ? 1 : 0)
+
+/* xorshift64*: fresh data per run unless BFP8_TEST_SEED is set; the seed is printed so a failure replays. */
+static uint64_t test_rng_state_;
+static inline uint64_t test_seed(void) {
+    const char *env = getenv("BFP8_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 0) : 0;
+    if (!seed) {
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(&seed, sizeof seed, 1, f) != 1) seed = 0x9E3779B97F4A7C15ull;
+        if (f) fclose(f);
+    }
+    if (!seed) seed = 1;
+    test_rng_state_ = seed;
+    printf("seed: BFP8_TEST_SEED=0x%016llx\n", (unsigned long long)seed);
+    return seed;
+}
+static inline uint64_t test_rand_u64(void) {
+    uint64_t x = test_rng_state_;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    test_rng_state_ = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+/* Uniform in [-1, 1). */
+static inline float test_rand_f32(void) { return (float)((double)(test_rand_u64() >> 11) / 4503599627370496.0) * 2.0f - 1.0f; }
+/* Roughly normal (sum of uniforms), scaled. */
+static inline float test_randn(float scale) {
+    float s = 0;
+    for (int i = 0; i < 4; i++) s += test_rand_f32();
+    return s * 0.866f * scale;
+}
+
+#endif
