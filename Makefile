@@ -43,9 +43,10 @@ ifeq ($(WITH_CUDA),1)
   SRCS := $(filter-out src/cuda_stub.c,$(SRCS)) $(wildcard src/backends/cuda/*.c)
   CUDA_OBJS := $(patsubst src/backends/cuda/%.cu,$(CUDA_OBJDIR)/%.o,$(CUDA_SRCS))
   CFLAGS_BASE += -DBFP8_WITH_CUDA=1 -I$(CUDA_HOME)/include
-  LDLIBS_BASE += -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lcuda -ldl -lrt -lstdc++
-  # libcuda.so is the driver: present on GPU machines; the toolkit's stub lets CPU-only machines link.
-  LDLIBS_BASE += -L$(CUDA_HOME)/lib64/stubs -Wl,-rpath,$(CUDA_HOME)/lib64
+  LDLIBS_BASE += -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+  # No -lcuda: the driver is reached through cudart (cudaGetDriverEntryPoint), so binaries start on machines
+  # without a driver and say why CUDA is unavailable.
+  LDLIBS_BASE += -Wl,-rpath,$(CUDA_HOME)/lib64
 else
   SRCS := $(filter-out src/backends/cuda/%,$(SRCS))
   CUDA_OBJS :=
@@ -96,11 +97,11 @@ $(BUILD)/obj/tools/%.o: tools/%.c include/blockfp8.h $(wildcard tools/*.h) | $(B
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(TOOL_CFLAGS) -Itools -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c include/blockfp8.h src/internal.h $(wildcard src/*.h src/backends/*.h) | $(BUILD)/.deps-ok
+$(BUILD)/obj/%.o: %.c include/blockfp8.h src/internal.h $(wildcard src/*.h src/backends/*.h src/backends/cuda/*.h) | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -c $< -o $@
 
-$(CUDA_OBJDIR)/%.o: src/backends/cuda/%.cu include/blockfp8.h src/internal.h $(wildcard src/backends/cuda/*.cuh)
+$(CUDA_OBJDIR)/%.o: src/backends/cuda/%.cu include/blockfp8.h src/internal.h $(wildcard src/backends/cuda/*.cuh src/backends/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -149,12 +150,14 @@ check-crosscheck: $(CLI)
 FUZZ_BIN := build-fuzz/fuzz_safetensors
 FUZZ_SECONDS ?= 30
 FUZZ_CC ?= clang
+# Only what the four sources need: the CUDA libraries of LDLIBS_BASE would make the binary need libcuda.so.1.
+FUZZ_LDLIBS := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpthread -lm
 fuzz-build: $(FUZZ_BIN)
 $(FUZZ_BIN): fuzz/fuzz_safetensors.c $(wildcard src/*.c) include/blockfp8.h src/internal.h
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 	  $(shell pkg-config --cflags libcjson 2>/dev/null) -o $@ fuzz/fuzz_safetensors.c src/safetensors.c \
-	  src/errors.c src/formats.c $(LDLIBS_BASE)
+	  src/errors.c src/formats.c $(FUZZ_LDLIBS)
 fuzz: $(FUZZ_BIN)
 	@mkdir -p build-fuzz/corpus
 	./$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 build-fuzz/corpus fuzz/corpus

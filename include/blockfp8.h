@@ -202,6 +202,10 @@ struct bfp8_backend {
     /* Runs the GEMM. Called only for problems the backend accepted; args are already validated. */
     bfp8_status (*gemm)(const bfp8_backend *self, const bfp8_gemm_args *args);
     void *ctx; /* backend-owned */
+    /* Optional: the priority `auto` gives this backend for `p`, where measurement shows that the fastest backend
+     * depends on the shape (a kernel that wins only at small M, say). NULL: caps.priority. Only orders capable
+     * backends; it never makes a backend capable. */
+    int (*priority_for)(const bfp8_backend *self, const bfp8_problem *p);
 };
 
 /* Whether `b` can run `p`; on "no", a human-readable reason. Pure. */
@@ -317,6 +321,9 @@ typedef struct bfp8_linear_args {
     void *stream;
 } bfp8_linear_args;
 
+/* The problem a linear call poses: activations are quantized in the call, so every layout of the weight's scale
+ * format is on offer for them; the weight offers the layouts it holds on args->device. */
+bfp8_status bfp8_problem_from_linear(const bfp8_weight *w, const bfp8_linear_args *args, bfp8_problem *out);
 /* y = dequant(quant(x)) @ dequant(w)^T + bias: x quantized in 1x128 groups with the weight's scale format, the
  * GEMM through the dispatcher (d = NULL: default). The equivalent of SGLang's apply_w8a8_block_fp8_linear. */
 bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_linear_args *args);
@@ -362,6 +369,10 @@ bfp8_status bfp8_cuda_free(void *ptr);
 bfp8_status bfp8_cuda_upload(void *device_dst, const void *host_src, size_t bytes);
 bfp8_status bfp8_cuda_download(void *host_dst, const void *device_src, size_t bytes);
 bfp8_status bfp8_cuda_synchronize(void *stream);
+/* Times fn(ctx) with CUDA events on `stream`: `warmup` untimed calls, then `iters` timed calls, each preceded (when
+ * flush_l2) by a write over a buffer larger than the L2. times_us[i] receives each call's time in microseconds. */
+bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bool flush_l2,
+                           void *stream, double *times_us);
 /* Same contract and bytes as bfp8_quantize_act, with x, q and scales->data in device memory. nonfinite, if not
  * NULL, is a device int64 that the kernel adds the count of non-finite inputs to. */
 bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,

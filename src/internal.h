@@ -40,6 +40,11 @@ bfp8_status bfp8_check_matrix(const char *what, int64_t rows, int64_t cols, size
 
 /* Validates a scale descriptor against the shape it must have. */
 bfp8_status bfp8_check_scales(const char *what, const bfp8_scales *s, int64_t rows, int64_t kblocks);
+/* Host write of one scale through any layout (the inverse of bfp8_scales_get); no argument checks. PACKED_UE8M0
+ * stores bfp8_ue8m0_ceil(value), so pass exact powers of two. Padding is not touched: see bfp8_scales_clear. */
+void bfp8_scales_set(bfp8_scales *s, int64_t row, int64_t kblock, float value);
+/* Zeroes the whole host buffer of a valid descriptor (padding words/bytes must be zero). */
+void bfp8_scales_clear(bfp8_scales *s);
 
 /* One element of a float-typed (f32/bf16/f16) array as fp32. */
 static inline float bfp8_load_f32(const void *p, bfp8_dtype dt, int64_t i) {
@@ -69,6 +74,24 @@ void bfp8_store_f64(void *p, bfp8_dtype dt, int64_t i, double v);
 /* Scale of one group from its amax over finite values (DESIGN section 3). */
 float bfp8_group_scale(float amax, bfp8_scale_format format);
 
+/* Decides with the dispatcher's policy and records the call (stats, fallback, BFP8_LOG=dispatch). */
+bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *dec);
+void bfp8_dispatch_count_nonfinite(bfp8_dispatcher *d, int64_t count);
+/* Validates GEMM arguments (shapes, pointers, scale descriptors, dtypes). */
+bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args);
+/* Runs a validated GEMM on the decided backend; an empty output (M or N = 0) returns at once. */
+bfp8_status bfp8_run_gemm(const bfp8_backend *b, const bfp8_gemm_args *args);
+/* Layouts a scale format can be stored in (packed only for UE8M0). */
+uint32_t bfp8_layouts_for_format(bfp8_scale_format format);
+/* The lowest-numbered layout of a set (sets are never empty where this is used). */
+bfp8_scale_layout bfp8_first_layout(uint32_t set);
+
+/* CPU threads (src/threads.c). Runs fn(ctx, task, thread) for task in [0, ntasks) on at most max_threads threads
+ * (the caller is thread 0; thread < max_threads always, so per-thread scratch can be sized by it). Which thread
+ * runs which task varies: results must not depend on it. A nested or concurrent call runs serially. */
+typedef void (*bfp8_task_fn)(void *ctx, int64_t task, int thread);
+bfp8_status bfp8_parallel_for(int64_t ntasks, int max_threads, bfp8_task_fn fn, void *ctx);
+
 /* Built-in backends. Each file defines one; CUDA ones register themselves only when a device exists. */
 extern const bfp8_backend bfp8_backend_ref;
 extern const bfp8_backend bfp8_backend_cpu;
@@ -76,8 +99,8 @@ extern const bfp8_backend bfp8_backend_cpu;
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d);
 /* CUDA arch of the current device x10, or 0. */
 int bfp8_cuda_current_arch(void);
-/* Moves a prepared weight's data onto the device (CUDA glue): allocates and copies q and the scales. */
-bfp8_status bfp8_cuda_upload_weight_layout(const uint8_t *q_host, size_t q_bytes, const bfp8_scales *host_scales,
-                                           uint8_t **q_dev, bfp8_scales *dev_scales);
+/* Stream-ordered device scratch (cudaMallocAsync), for per-call buffers such as quantized activations. */
+bfp8_status bfp8_cuda_malloc_async(void **ptr, size_t bytes, void *stream);
+bfp8_status bfp8_cuda_free_async(void *ptr, void *stream);
 
 #endif

@@ -66,7 +66,7 @@ static inline uint64_t test_rand_u64(void) {
     return x * 0x2545F4914F6CDD1Dull;
 }
 /* Uniform in [-1, 1). */
-static inline float test_rand_f32(void) { return (float)((double)(test_rand_u64() >> 11) / 4503599627370496.0) * 2.0f - 1.0f; }
+static inline float test_rand_f32(void) { return (float)((double)(test_rand_u64() >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
 /* Roughly normal (sum of uniforms), scaled. */
 static inline float test_randn(float scale) {
     float s = 0;

@@ -1,0 +1,95 @@
+#!/bin/bash
+# The one-call GPU check: build, GPU unit tests, compute-sanitizer (memcheck + racecheck), the SASS of the CUDA
+# kernels, the cuBLASLt limits probe and the DeepSeek-R1 GEMM benchmark. Logs and JSON go under OUTDIR; a short
+# summary table is printed last.
+#   scripts/gpu-check.sh OUTDIR
+# On a machine without cJSON installed, headers and library can be carried in build/deps/{include,lib}
+# (copies of /usr/include/cjson/cJSON.h and libcjson.so*): the script points the compiler there.
+set -u
+out=${1:?usage: scripts/gpu-check.sh OUTDIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/cuda/bin"
+jobs=$(nproc 2>/dev/null || echo 8)
+declare -A status
+
+step() { # name, command...: runs, records pass/fail, keeps going
+    local name=$1; shift
+    local t0=$(date +%s)
+    if "$@"; then status[$name]="pass"; else status[$name]="FAIL"; fi
+    status[$name]="${status[$name]} ($(( $(date +%s) - t0 ))s)"
+}
+
+# --- dependencies (the GPU image has no package registry) ---------------------------------------------------------
+if [ ! -f /usr/include/cjson/cJSON.h ] && [ -f build/deps/include/cJSON.h ]; then
+    export CPATH="$PWD/build/deps/include${CPATH:+:$CPATH}"
+    export LIBRARY_PATH="$PWD/build/deps/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+    export LD_LIBRARY_PATH="$PWD/build/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+# No registry there, so scripts/install-deps.sh --build cannot install the optional OpenBLAS: skip that step.
+mkdir -p build && touch build/.deps-ok
+
+# --- build --------------------------------------------------------------------------------------------------------
+build() {
+    make -j"$jobs" all && make -j"$jobs" $(ls tests/test_*.c | sed 's|tests/\(.*\)\.c|build/tests/\1|') || return 1
+    local cuda=/usr/local/cuda
+    cc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -Itests -I$cuda/include -o build/cuda_bench tests/cuda_bench.c \
+        build/libblockfp8.a -lcjson -L$cuda/lib64 -lcublasLt -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm \
+        -Wl,-rpath,$cuda/lib64 &&
+    cc -std=c11 -O2 -I$cuda/include -o build/cuda_probe tests/cuda_probe.c -L$cuda/lib64 -lcublasLt -lcudart -lm \
+        -Wl,-rpath,$cuda/lib64
+}
+step build build >"$out/build.log" 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/unit.log" 2>&1
+
+# --- GPU unit tests (the whole suite; test_cuda must not skip here) -------------------------------------------------
+export BFP8_REQUIRE_CUDA=1
+# GPU_CHECK_QUICK=1: build, test_cuda and the sanitizers only (a re-check that spends little device time).
+quick=${GPU_CHECK_QUICK:-0}
+[ "$quick" = 1 ] || step unit-suite sh tests/run-unit.sh build >>"$out/unit.log" 2>&1
+step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
+
+# --- compute-sanitizer on a small run -------------------------------------------------------------------------------
+sanitize() {
+    local tool
+    for tool in memcheck racecheck; do
+        echo "== compute-sanitizer --tool $tool"
+        BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda ||
+            return 1
+    done
+}
+step sanitizer sanitize >"$out/sanitizer.log" 2>&1
+
+# --- SASS: which matrix instructions the kernels use ------------------------------------------------------------------
+sass() {
+    local f
+    for f in build/cuda/*.o; do
+        echo "== $f"
+        cuobjdump --dump-sass "$f" | awk '/arch = sm_/ {arch=$NF} /Function :/ {fn=$NF}
+            match($0, /(HMMA|QMMA|IMMA|HGMMA|QGMMA|WGMMA)[.A-Za-z0-9]*/) {c[arch" "substr($0,RSTART,RLENGTH)]++}
+            END {for (x in c) print "  " x ": " c[x]}' | sort
+    done
+}
+step sass sass >>"$out/build.log" 2>&1
+
+# --- cuBLASLt limits probe and the benchmark ---------------------------------------------------------------------------
+[ "$quick" = 1 ] || step probe build/cuda_probe >"$out/probe.log" 2>&1
+[ "$quick" = 1 ] || step bench timeout 200 build/cuda_bench >"$out/bench.log" 2>&1
+# The project's benchmark command (tools/bench.c), cuBLASLt as the baseline ratio.
+[ "$quick" = 1 ] || step bench-cli timeout 240 build/blockfp8 bench --device cuda --backend all --baseline cublaslt --shapes dsr1 \
+    --m 1,16,64,128,512,4096 --json "$out/bench.json" >"$out/bench_cli.log" 2>&1
+
+# --- summary (printed last) -------------------------------------------------------------------------------------------
+echo "================ gpu-check summary ($(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git))"
+head -2 "$out/unit.log" | tail -1
+for s in build unit-suite test_cuda sanitizer sass probe bench bench-cli; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
+echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
+echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
+echo "-- sanitizer:"; grep -E 'SUMMARY|cuda:' "$out/sanitizer.log" | sed 's/^/  /'
+echo "-- sass:"; sed -n '/^== /,$p' "$out/build.log" | sed 's/^/  /'
+echo "-- probe (cuBLASLt limits):"
+[ -f "$out/probe.log" ] && grep -vE ' ok$' "$out/probe.log" | cut -c1-150 | head -25 | sed 's/^/  /'
+echo "-- bench (bf16 out, µs, median, L2 flushed):"; cat "$out/bench.log" 2>/dev/null
+# Exit status: 1 if any step that ran failed.
+for s in "${!status[@]}"; do case "${status[$s]}" in FAIL*) exit 1 ;; esac; done
+exit 0

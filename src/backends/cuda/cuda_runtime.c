@@ -1,0 +1,300 @@
+/* CUDA host glue: device discovery, device memory, timing, GPU quantization entry point, weight upload and the
+ * registration of the CUDA backends. Compiled only when CUDA is built (src/cuda_stub.c otherwise). */
+#include "internal.h"
+
+#include "cuda_glue.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+bfp8_status bfp8_cuda_error(int err, const char *what) {
+    cudaError_t e = (cudaError_t)err;
+    return bfp8_fail(BFP8_ERR_DEVICE, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* ---- device discovery (once per process) ------------------------------------------------------------------- */
+
+#define BFP8_MAX_CUDA_DEVICES 64
+
+static struct {
+    pthread_once_t once;
+    bool available;
+    char why[BFP8_REASON_MAX];
+    int count;
+    bfp8_cuda_device_info info[BFP8_MAX_CUDA_DEVICES];
+} g_cuda = {.once = PTHREAD_ONCE_INIT};
+
+static void cuda_discover(void) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        snprintf(g_cuda.why, sizeof g_cuda.why, "no CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(err));
+        (void)cudaGetLastError(); /* reset the runtime's last error so later calls start clean */
+        return;
+    }
+    if (count <= 0) {
+        snprintf(g_cuda.why, sizeof g_cuda.why, "no CUDA device: cudaGetDeviceCount found 0 devices");
+        return;
+    }
+    if (count > BFP8_MAX_CUDA_DEVICES) count = BFP8_MAX_CUDA_DEVICES;
+    for (int i = 0; i < count; i++) {
+        bfp8_cuda_device_info *d = &g_cuda.info[i];
+        int major = 0, minor = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i) != cudaSuccess ||
+            cudaDeviceGetAttribute(&d->num_sms, cudaDevAttrMultiProcessorCount, i) != cudaSuccess ||
+            cudaDeviceGetAttribute(&d->l2_bytes, cudaDevAttrL2CacheSize, i) != cudaSuccess) {
+            snprintf(g_cuda.why, sizeof g_cuda.why, "no usable CUDA device: cudaDeviceGetAttribute(%d): %s", i,
+                     cudaGetErrorString(cudaGetLastError()));
+            return;
+        }
+        d->arch = major * 10 + minor;
+    }
+    g_cuda.count = count;
+    g_cuda.available = true;
+}
+
+bool bfp8_cuda_available(char *why, size_t why_size) {
+    pthread_once(&g_cuda.once, cuda_discover);
+    if (why && why_size) snprintf(why, why_size, "%s", g_cuda.available ? "" : g_cuda.why);
+    return g_cuda.available;
+}
+
+/* BFP8_ERR_UNSUPPORTED with the reason when there is no device. */
+static bfp8_status require_device(const char *what) {
+    if (bfp8_cuda_available(NULL, 0)) return BFP8_OK;
+    return bfp8_fail(BFP8_ERR_UNSUPPORTED, "%s: %s", what, g_cuda.why);
+}
+
+bfp8_status bfp8_cuda_device_info_get(bfp8_cuda_device_info *out) {
+    BFP8_TRY(require_device("cuda"));
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return bfp8_cuda_error(err, "cudaGetDevice");
+    if (dev < 0 || dev >= g_cuda.count) return bfp8_fail(BFP8_ERR_DEVICE, "cuda: current device %d is out of range", dev);
+    *out = g_cuda.info[dev];
+    return BFP8_OK;
+}
+
+int bfp8_cuda_current_arch(void) {
+    bfp8_cuda_device_info info;
+    if (!bfp8_cuda_available(NULL, 0)) return 0;
+    if (bfp8_cuda_device_info_get(&info) != BFP8_OK) return 0;
+    return info.arch;
+}
+
+/* ---- device memory ----------------------------------------------------------------------------------------- */
+
+bfp8_status bfp8_cuda_malloc(void **ptr, size_t bytes) {
+    BFP8_CHECK_ARG(ptr, "bfp8_cuda_malloc: ptr is NULL");
+    *ptr = NULL;
+    BFP8_TRY(require_device("bfp8_cuda_malloc"));
+    if (bytes == 0) return BFP8_OK;
+    cudaError_t err = cudaMalloc(ptr, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_cuda_malloc: %zu bytes: %s", bytes, cudaGetErrorString(err));
+    }
+    if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_cuda_malloc: cudaMalloc");
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_cuda_free(void *ptr) {
+    BFP8_TRY(require_device("bfp8_cuda_free"));
+    if (!ptr) return BFP8_OK;
+    cudaError_t err = cudaFree(ptr);
+    if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_cuda_free: cudaFree");
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_cuda_upload(void *device_dst, const void *host_src, size_t bytes) {
+    BFP8_TRY(require_device("bfp8_cuda_upload"));
+    if (bytes == 0) return BFP8_OK;
+    BFP8_CHECK_ARG(device_dst && host_src, "bfp8_cuda_upload: NULL pointer for %zu bytes", bytes);
+    cudaError_t err = cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice);
+    if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_cuda_upload: cudaMemcpy");
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_cuda_download(void *host_dst, const void *device_src, size_t bytes) {
+    BFP8_TRY(require_device("bfp8_cuda_download"));
+    if (bytes == 0) return BFP8_OK;
+    BFP8_CHECK_ARG(host_dst && device_src, "bfp8_cuda_download: NULL pointer for %zu bytes", bytes);
+    cudaError_t err = cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost);
+    if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_cuda_download: cudaMemcpy");
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_cuda_synchronize(void *stream) {
+    BFP8_TRY(require_device("bfp8_cuda_synchronize"));
+    cudaError_t err = cudaStreamSynchronize((cudaStream_t)stream);
+    if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_cuda_synchronize");
+    return BFP8_OK;
+}
+
+/* The default pool normally gives freed memory back to the driver at every synchronization; per-call scratch
+ * would then be mapped again on each call. Keep it pooled (process-wide setting of the device's default pool). */
+static pthread_once_t g_pool_once = PTHREAD_ONCE_INIT;
+static void keep_pool_memory(void) {
+    int dev = 0;
+    cudaMemPool_t pool;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+        uint64_t threshold = UINT64_MAX;
+        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+    }
+    (void)cudaGetLastError();
+}
+
+bfp8_status bfp8_cuda_malloc_async(void **ptr, size_t bytes, void *stream) {
+    BFP8_CHECK_ARG(ptr, "bfp8_cuda_malloc_async: ptr is NULL");
+    *ptr = NULL;
+    BFP8_TRY(require_device("bfp8_cuda_malloc_async"));
+    if (bytes == 0) return BFP8_OK;
+    pthread_once(&g_pool_once, keep_pool_memory);
+    cudaError_t err = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
+    if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_cuda_malloc_async: %zu bytes: %s", bytes,
+                         cudaGetErrorString(err));
+    }
+    if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_cuda_malloc_async: cudaMallocAsync");
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_cuda_free_async(void *ptr, void *stream) {
+    BFP8_TRY(require_device("bfp8_cuda_free_async"));
+    if (!ptr) return BFP8_OK;
+    cudaError_t err = cudaFreeAsync(ptr, (cudaStream_t)stream);
+    if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_cuda_free_async: cudaFreeAsync");
+    return BFP8_OK;
+}
+
+/* ---- timing ------------------------------------------------------------------------------------------------ */
+
+bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bool flush_l2,
+                           void *stream, double *times_us) {
+    BFP8_CHECK_ARG(fn && times_us, "bfp8_cuda_time: fn or times_us is NULL");
+    BFP8_CHECK_ARG(warmup >= 0 && iters > 0, "bfp8_cuda_time: warmup=%d iters=%d (need warmup >= 0, iters > 0)",
+                   warmup, iters);
+    BFP8_TRY(require_device("bfp8_cuda_time"));
+    bfp8_cuda_device_info info;
+    BFP8_TRY(bfp8_cuda_device_info_get(&info));
+    cudaStream_t s = (cudaStream_t)stream;
+    /* Writing twice the L2's size evicts whatever the previous call left there. */
+    size_t flush_bytes = flush_l2 ? 2 * (size_t)(info.l2_bytes > 0 ? info.l2_bytes : 64 << 20) : 0;
+    void *flush = NULL;
+    cudaEvent_t *ev = calloc(2 * (size_t)iters, sizeof *ev);
+    if (!ev) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_cuda_time: %d events", 2 * iters);
+    bfp8_status st = BFP8_OK;
+    int created = 0;
+    cudaError_t err = cudaSuccess;
+    if (flush_bytes) {
+        err = cudaMalloc(&flush, flush_bytes);
+        if (err != cudaSuccess) {
+            st = bfp8_cuda_error(err, "bfp8_cuda_time: L2 flush buffer");
+            goto done;
+        }
+    }
+    for (; created < 2 * iters; created++) {
+        err = cudaEventCreate(&ev[created]);
+        if (err != cudaSuccess) {
+            st = bfp8_cuda_error(err, "bfp8_cuda_time: cudaEventCreate");
+            goto done;
+        }
+    }
+    for (int i = 0; i < warmup && st == BFP8_OK; i++) st = fn(ctx);
+    for (int i = 0; i < iters && st == BFP8_OK; i++) {
+        if (flush) {
+            err = (cudaError_t)bfp8_cuda_launch_fill(flush, flush_bytes, (unsigned)i, s);
+            if (err != cudaSuccess) {
+                st = bfp8_cuda_error(err, "bfp8_cuda_time: L2 flush");
+                break;
+            }
+        }
+        err = cudaEventRecord(ev[2 * i], s);
+        if (err == cudaSuccess) st = fn(ctx);
+        if (err == cudaSuccess && st == BFP8_OK) err = cudaEventRecord(ev[2 * i + 1], s);
+        if (err != cudaSuccess) st = bfp8_cuda_error(err, "bfp8_cuda_time: cudaEventRecord");
+    }
+    if (st == BFP8_OK) {
+        err = cudaStreamSynchronize(s);
+        if (err != cudaSuccess) st = bfp8_cuda_error(err, "bfp8_cuda_time: the timed calls failed");
+    }
+    for (int i = 0; i < iters && st == BFP8_OK; i++) {
+        float ms = 0;
+        err = cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]);
+        if (err != cudaSuccess) st = bfp8_cuda_error(err, "bfp8_cuda_time: cudaEventElapsedTime");
+        times_us[i] = (double)ms * 1000.0;
+    }
+done:
+    if (st != BFP8_OK) (void)cudaStreamSynchronize(s);
+    for (int i = 0; i < created; i++) cudaEventDestroy(ev[i]);
+    free(ev);
+    if (flush) cudaFree(flush);
+    return st;
+}
+
+/* ---- scales and quantization ------------------------------------------------------------------------------- */
+
+bfp8_cuda_scale_view bfp8_cuda_scale_view_of(const bfp8_scales *s) {
+    bfp8_cuda_scale_view v = {.data = s->data, .row_stride = 1, .kb_stride = 1, .packed = 0};
+    switch (s->layout) {
+    case BFP8_LAYOUT_ROW_MAJOR: v.row_stride = s->kblocks; break;
+    case BFP8_LAYOUT_MN_MAJOR: v.kb_stride = s->rows; break;
+    case BFP8_LAYOUT_MN_MAJOR_ALIGNED: v.kb_stride = bfp8_round_up(s->rows, 4); break;
+    case BFP8_LAYOUT_PACKED_UE8M0:
+        v.kb_stride = bfp8_round_up(s->rows, 4);
+        v.packed = 1;
+        break;
+    default: break;
+    }
+    return v;
+}
+
+bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
+                                   bfp8_scales *scales, int64_t *nonfinite, void *stream) {
+    const char *what = "bfp8_quantize_act_cuda";
+    size_t bytes;
+    BFP8_CHECK_ARG(bfp8_is_float_dtype(x_dtype), "%s: input dtype %s (%d) is not f32, bf16 or f16", what,
+                   bfp8_dtype_name(x_dtype), (int)x_dtype);
+    BFP8_TRY(bfp8_check_matrix(what, m, k, bfp8_dtype_size(x_dtype), &bytes));
+    BFP8_CHECK_ARG(bytes == 0 || (x && q), "%s: NULL input or output for [%lld, %lld]", what, (long long)m,
+                   (long long)k);
+    BFP8_CHECK_ARG(scales, "%s: scales is NULL", what);
+    int64_t kblocks = bfp8_ceil_div(k, BFP8_BLOCK);
+    BFP8_TRY(bfp8_check_scales(what, scales, m, kblocks));
+    BFP8_TRY(require_device(what));
+    cudaStream_t s = (cudaStream_t)stream;
+    /* Padding of the aligned layouts is zero, as on the host. */
+    if (scales->layout == BFP8_LAYOUT_MN_MAJOR_ALIGNED || scales->layout == BFP8_LAYOUT_PACKED_UE8M0) {
+        size_t sbytes = bfp8_scales_bytes(scales->layout, m, kblocks);
+        if (sbytes && scales->data) {
+            cudaError_t err = cudaMemsetAsync(scales->data, 0, sbytes, s);
+            if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_quantize_act_cuda: clearing scale padding");
+        }
+    }
+    if (m == 0 || k == 0) return BFP8_OK;
+    int err = bfp8_cuda_launch_quantize_act(x, (int)x_dtype, m, k, q, bfp8_cuda_scale_view_of(scales),
+                                            scales->format == BFP8_SCALE_UE8M0, (long long *)nonfinite, stream);
+    if (err) return bfp8_cuda_error(err, "bfp8_quantize_act_cuda: kernel launch");
+    return BFP8_OK;
+}
+
+/* ---- registration ------------------------------------------------------------------------------------------ */
+
+bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d) {
+    char why[BFP8_REASON_MAX];
+    const bfp8_backend *hopper = bfp8_hopper_backend();
+    if (!bfp8_cuda_available(why, sizeof why)) {
+        BFP8_TRY(bfp8_dispatcher_add_unavailable(d, hopper->name, why));
+        BFP8_TRY(bfp8_dispatcher_add_unavailable(d, bfp8_backend_cublaslt.name, why));
+        return bfp8_dispatcher_add_unavailable(d, bfp8_backend_cuda_generic.name, why);
+    }
+    /* Every CUDA backend is registered on any device: each declares the architectures it runs on, so explain
+     * shows why (say) hopper cannot run on an sm_89 device instead of hiding it. */
+    BFP8_TRY(bfp8_dispatcher_add(d, hopper));
+    BFP8_TRY(bfp8_dispatcher_add(d, &bfp8_backend_cublaslt));
+    return bfp8_dispatcher_add(d, &bfp8_backend_cuda_generic);
+}

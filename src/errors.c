@@ -1,0 +1,41 @@
+/* Status names, the thread-local last-error message and shared argument checks. */
+#include "internal.h"
+
+#include <stdio.h>
+
+static _Thread_local char last_error[512];
+
+const char *bfp8_status_name(bfp8_status status) {
+    switch (status) {
+    case BFP8_OK: return "ok";
+    case BFP8_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case BFP8_ERR_UNSUPPORTED: return "unsupported";
+    case BFP8_ERR_NOT_FOUND: return "not found";
+    case BFP8_ERR_OUT_OF_MEMORY: return "out of memory";
+    case BFP8_ERR_IO: return "I/O error";
+    case BFP8_ERR_FORMAT: return "malformed file";
+    case BFP8_ERR_DEVICE: return "device error";
+    }
+    return "unknown status";
+}
+
+const char *bfp8_last_error(void) { return last_error; }
+
+bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+bfp8_status bfp8_check_matrix(const char *what, int64_t rows, int64_t cols, size_t elem_size, size_t *bytes) {
+    int64_t elems, total;
+    BFP8_CHECK_ARG(rows >= 0 && cols >= 0, "%s: negative shape [%lld, %lld]", what, (long long)rows,
+                   (long long)cols);
+    BFP8_CHECK_ARG(bfp8_mul_ok(rows, cols, &elems) && bfp8_mul_ok(elems, (int64_t)elem_size, &total) &&
+                       (uint64_t)total <= (uint64_t)SIZE_MAX,
+                   "%s: shape [%lld, %lld] overflows", what, (long long)rows, (long long)cols);
+    if (bytes) *bytes = (size_t)total;
+    return BFP8_OK;
+}

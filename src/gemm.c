@@ -1,0 +1,77 @@
+/* The GEMM entry point: argument validation, the problem a call poses, and the dispatched run. */
+#include "internal.h"
+
+#include <inttypes.h>
+
+uint32_t bfp8_layouts_for_format(bfp8_scale_format format) {
+    uint32_t set = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR) | BFP8_BIT(BFP8_LAYOUT_MN_MAJOR) |
+                   BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED);
+    if (format == BFP8_SCALE_UE8M0) set |= BFP8_BIT(BFP8_LAYOUT_PACKED_UE8M0);
+    return set;
+}
+
+bfp8_scale_layout bfp8_first_layout(uint32_t set) {
+    for (int l = 0; l < BFP8_LAYOUT_COUNT; l++)
+        if (set & BFP8_BIT(l)) return (bfp8_scale_layout)l;
+    return BFP8_LAYOUT_ROW_MAJOR;
+}
+
+bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args) {
+    BFP8_CHECK_ARG(args, "gemm: args is NULL");
+    BFP8_CHECK_ARG(args->device >= 0 && args->device < BFP8_DEVICE_COUNT, "gemm: unknown device %d",
+                   (int)args->device);
+    BFP8_TRY(bfp8_check_matrix("gemm: A", args->m, args->k, 1, NULL));
+    BFP8_TRY(bfp8_check_matrix("gemm: B", args->n, args->k, 1, NULL));
+    BFP8_CHECK_ARG(bfp8_is_float_dtype(args->y_dtype), "gemm: output dtype %s is not f32, bf16 or f16",
+                   bfp8_dtype_name(args->y_dtype));
+    BFP8_TRY(bfp8_check_matrix("gemm: Y", args->m, args->n, bfp8_dtype_size(args->y_dtype), NULL));
+    int64_t kblocks = bfp8_ceil_div(args->k, BFP8_BLOCK);
+    BFP8_TRY(bfp8_check_scales("gemm: A scales", &args->a_scales, args->m, kblocks));
+    BFP8_TRY(bfp8_check_scales("gemm: B scales", &args->b_scales, bfp8_ceil_div(args->n, BFP8_BLOCK), kblocks));
+    bool has_a = args->m > 0 && args->k > 0, has_b = args->n > 0 && args->k > 0;
+    BFP8_CHECK_ARG(args->a || !has_a, "gemm: A is NULL");
+    BFP8_CHECK_ARG(args->b || !has_b, "gemm: B is NULL");
+    BFP8_CHECK_ARG(args->y || args->m == 0 || args->n == 0, "gemm: Y is NULL");
+    BFP8_CHECK_ARG(!args->bias || bfp8_is_float_dtype(args->bias_dtype),
+                   "gemm: bias dtype %s is not f32, bf16 or f16", bfp8_dtype_name(args->bias_dtype));
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_problem_from_gemm(const bfp8_gemm_args *args, bfp8_problem *out) {
+    BFP8_CHECK_ARG(out, "problem is NULL");
+    BFP8_TRY(bfp8_check_gemm_args(args));
+    *out = (bfp8_problem){
+        .device = args->device,
+        .arch = args->device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0,
+        .m = args->m,
+        .n = args->n,
+        .k = args->k,
+        .out_dtype = args->y_dtype,
+        /* UE8M0 scales are fp32 values too, so mixed operands are an fp32 problem. */
+        .scale_format = args->a_scales.format == BFP8_SCALE_UE8M0 && args->b_scales.format == BFP8_SCALE_UE8M0
+                            ? BFP8_SCALE_UE8M0
+                            : BFP8_SCALE_FP32,
+        .a_layouts = BFP8_BIT(args->a_scales.layout),
+        .b_layouts = BFP8_BIT(args->b_scales.layout),
+        .has_bias = args->bias != NULL,
+        .bias_dtype = args->bias ? args->bias_dtype : BFP8_DTYPE_F32,
+    };
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_run_gemm(const bfp8_backend *b, const bfp8_gemm_args *args) {
+    if (args->m == 0 || args->n == 0) return BFP8_OK; /* nothing to write */
+    bfp8_status st = b->gemm(b, args);
+    if (st != BFP8_OK && !bfp8_last_error()[0]) bfp8_fail(st, "backend '%s' failed", b->name);
+    return st;
+}
+
+bfp8_status bfp8_gemm(bfp8_dispatcher *d, const bfp8_gemm_args *args) {
+    if (!d) d = bfp8_dispatcher_default();
+    if (!d) return BFP8_ERR_UNSUPPORTED; /* bfp8_dispatcher_default set the message */
+    bfp8_problem p;
+    BFP8_TRY(bfp8_problem_from_gemm(args, &p));
+    bfp8_decision dec;
+    BFP8_TRY(bfp8_dispatch_record(d, &p, &dec));
+    return bfp8_run_gemm(dec.backend, args);
+}

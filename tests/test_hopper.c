@@ -1,0 +1,578 @@
+/* The sm_90a backend `hopper`: its declared capabilities (everywhere), and on an H200 its results against an
+ * independent double computation of the same quantized inputs (DESIGN section 3 tolerances) and calc_diff against
+ * the unquantized product: ragged M x all eight DeepSeek-R1 (N, K) shapes, K and N at their boundaries, every output
+ * and bias dtype, both scale formats, the swapped (decode) and normal paths with and without split-K, poisoned
+ * outputs, run-to-run determinism and refusals. Options: --small (a few small cases, for compute-sanitizer),
+ * --bench (then times the DSR1 table against cuBLASLt in the same run), --bench-only. Without a device it prints
+ * "hopper: skipped: <reason>" and checks only what needs none. */
+#include "check.h"
+
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef BFP8_WITH_CUDA
+const bfp8_backend *bfp8_hopper_backend(void);
+
+static const int64_t dsr1_shapes[8][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
+                                          {36864, 7168}, {7168, 18432}, {4096, 7168}, {7168, 2048}};
+
+static double tolerance(bfp8_dtype dt) {
+    return dt == BFP8_DTYPE_BF16 ? 8e-3 : dt == BFP8_DTYPE_F16 ? 1e-3 : 2.5e-4;
+}
+
+static float out_f32(const void *y, bfp8_dtype dt, int64_t i) {
+    switch (dt) {
+    case BFP8_DTYPE_BF16: return bfp8_bf16_to_f32(((const uint16_t *)y)[i]);
+    case BFP8_DTYPE_F16: return bfp8_f16_to_f32(((const uint16_t *)y)[i]);
+    default: return ((const float *)y)[i];
+    }
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    return p;
+}
+
+static bfp8_problem problem_of(int arch, int64_t m, int64_t n, int64_t k, bfp8_dtype out, bfp8_scale_format f,
+                               uint32_t a_layouts, uint32_t b_layouts, bool bias, bfp8_dtype bias_dtype) {
+    bfp8_problem p = {.device = BFP8_DEVICE_CUDA, .arch = arch, .m = m, .n = n, .k = k, .out_dtype = out,
+                      .scale_format = f, .a_layouts = a_layouts, .b_layouts = b_layouts, .has_bias = bias,
+                      .bias_dtype = bias_dtype};
+    return p;
+}
+
+/* ------------------------------------------------------------------------------------------------------------------
+ * Capabilities: pure checks, no device needed.
+ * ---------------------------------------------------------------------------------------------------------------- */
+static void test_caps(const bfp8_backend *b) {
+    CHECK(b && strcmp(b->name, "hopper") == 0, "backend name");
+    CHECK(b->gemm != NULL, "gemm hook");
+    CHECK(b->caps.device == BFP8_DEVICE_CUDA && b->caps.min_arch == 90 && b->caps.max_arch == 90, "device/arch");
+    /* Ranks above cublaslt (30) only where it was measured faster: M <= 4, and M <= 64 with K >= 7168. */
+    CHECK(b->caps.priority == 25 && b->priority_for, "priority %d", b->caps.priority);
+    if (b->priority_for) {
+        bfp8_problem r = {.device = BFP8_DEVICE_CUDA, .arch = 90, .n = 7168, .out_dtype = BFP8_DTYPE_BF16};
+        const int64_t cases[][3] = {{1, 512, 35}, {4, 512, 35}, {5, 512, 25}, {64, 7168, 35}, {65, 7168, 25},
+                                    {64, 7167, 25}, {4096, 16384, 25}};
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            r.m = cases[i][0];
+            r.k = cases[i][1];
+            CHECK(b->priority_for(b, &r) == (int)cases[i][2], "priority for M=%lld K=%lld: %d", (long long)r.m,
+                  (long long)r.k, b->priority_for(b, &r));
+        }
+    }
+    const uint32_t aal = BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED), brm = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR);
+    char why[BFP8_REASON_MAX];
+    bfp8_problem p = problem_of(90, 1, 2112, 7168, BFP8_DTYPE_BF16, BFP8_SCALE_FP32, aal, brm, false, BFP8_DTYPE_F32);
+    CHECK(bfp8_backend_check(b, &p, why, sizeof why), "DSR1 decode shape refused: %s", why);
+    p.scale_format = BFP8_SCALE_UE8M0;
+    CHECK(bfp8_backend_check(b, &p, why, sizeof why), "ue8m0 refused: %s", why);
+    /* Arch boundaries: exactly 90. */
+    p.arch = 89;
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why) && why[0], "sm_89 accepted");
+    p.arch = 100;
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why) && why[0], "sm_100 accepted");
+    p.arch = 90;
+    /* K boundaries: 16 is the least and the step. */
+    p.k = 16;
+    CHECK(bfp8_backend_check(b, &p, why, sizeof why), "K=16 refused: %s", why);
+    p.k = 32;
+    CHECK(bfp8_backend_check(b, &p, why, sizeof why), "K=32 refused: %s", why);
+    p.k = 8;
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "K=8 accepted");
+    p.k = 24;
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "K=24 accepted");
+    p.k = 7168 + 8;
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "K=7176 accepted");
+    p.k = 7168;
+    /* Any M and N. */
+    p.m = 3, p.n = 1;
+    CHECK(bfp8_backend_check(b, &p, why, sizeof why), "M=3 N=1 refused: %s", why);
+    p.m = 4095, p.n = 2113;
+    CHECK(bfp8_backend_check(b, &p, why, sizeof why), "M=4095 N=2113 refused: %s", why);
+    /* Output dtypes: the three float ones. */
+    p.out_dtype = BFP8_DTYPE_F16;
+    CHECK(bfp8_backend_check(b, &p, why, sizeof why), "f16 out refused: %s", why);
+    p.out_dtype = BFP8_DTYPE_F32;
+    CHECK(bfp8_backend_check(b, &p, why, sizeof why), "f32 out refused: %s", why);
+    p.out_dtype = BFP8_DTYPE_E4M3;
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "e4m3 out accepted");
+    p.out_dtype = BFP8_DTYPE_BF16;
+    /* Scale layouts: activations only MN-major aligned, weights only row-major. */
+    p.a_layouts = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR) | BFP8_BIT(BFP8_LAYOUT_MN_MAJOR);
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "row-major activation scales accepted");
+    p.a_layouts = aal;
+    p.b_layouts = BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED);
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "mn-major weight scales accepted");
+    p.b_layouts = brm;
+    p.scale_format = BFP8_SCALE_UE8M0;
+    p.a_layouts = BFP8_BIT(BFP8_LAYOUT_PACKED_UE8M0);
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "packed ue8m0 accepted");
+    p.a_layouts = aal;
+    p.scale_format = BFP8_SCALE_FP32;
+    /* Bias: f32, bf16, f16. */
+    p.has_bias = true;
+    for (int dt = 0; dt < 3; dt++) {
+        p.bias_dtype = (bfp8_dtype[]){BFP8_DTYPE_F32, BFP8_DTYPE_BF16, BFP8_DTYPE_F16}[dt];
+        CHECK(bfp8_backend_check(b, &p, why, sizeof why), "bias %s refused: %s", bfp8_dtype_name(p.bias_dtype), why);
+    }
+    p.device = BFP8_DEVICE_CPU;
+    p.arch = 0;
+    CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "CPU problem accepted");
+}
+
+/* ------------------------------------------------------------------------------------------------------------------
+ * Device data
+ * ---------------------------------------------------------------------------------------------------------------- */
+typedef struct dev_buf {
+    void *p;
+    size_t bytes;
+} dev_buf;
+
+static bool dev_put(dev_buf *d, const void *host, size_t bytes) {
+    if (d->bytes < bytes) {
+        if (d->p) bfp8_cuda_free(d->p);
+        d->p = NULL;
+        d->bytes = 0;
+        bfp8_status st = bfp8_cuda_malloc(&d->p, bytes);
+        CHECK(st == BFP8_OK, "cuda_malloc %zu: %s", bytes, bfp8_last_error());
+        if (st != BFP8_OK) return false;
+        d->bytes = bytes;
+    }
+    if (host && bytes) {
+        bfp8_status st = bfp8_cuda_upload(d->p, host, bytes);
+        CHECK(st == BFP8_OK, "upload: %s", bfp8_last_error());
+        return st == BFP8_OK;
+    }
+    return true;
+}
+
+static void dev_free(dev_buf *d) {
+    if (d->p) bfp8_cuda_free(d->p);
+    d->p = NULL;
+    d->bytes = 0;
+}
+
+/* A weight (quantized on the host with the library's quantizer) and enough activations for max_m rows. */
+typedef struct operands {
+    int64_t n, k, kb, max_m;
+    bfp8_scale_format format;
+    float *x, *w;        /* unquantized, for calc_diff */
+    uint8_t *qb;         /* [n, k] */
+    float *sb;           /* row-major [ceil(n/128)][kb] */
+    float *bias_f;       /* [n] values the stored bias holds */
+    dev_buf b, sb_d;
+} operands;
+
+/* Magnitudes vary per activation row and group and per weight block, so every scale matters. */
+static void operands_make(operands *o, int64_t max_m, int64_t n, int64_t k, bfp8_scale_format format, float x_mul) {
+    memset(o, 0, sizeof *o);
+    o->n = n, o->k = k, o->kb = bfp8_ceil_div(k, 128), o->max_m = max_m, o->format = format;
+    const int64_t nb = bfp8_ceil_div(n, 128);
+    o->x = xmalloc(sizeof(float) * (size_t)(max_m * k));
+    o->w = xmalloc(sizeof(float) * (size_t)(n * k));
+    float gmag[64];
+    for (int i = 0; i < 64; i++) gmag[i] = ldexpf(1.0f, (int)(test_rand_u64() % 9) - 4);
+    for (int64_t i = 0; i < max_m; i++) {
+        const float rmag = ldexpf(x_mul, (int)(test_rand_u64() % 7) - 3);
+        for (int64_t j = 0; j < k; j++) o->x[i * k + j] = test_rand_f32() * rmag * gmag[(i * 7 + j / 128) & 63];
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < k; j++) o->w[i * k + j] = test_rand_f32() * 0.05f * gmag[(i / 128 * 5 + j / 128 * 3) & 63];
+    o->qb = xmalloc((size_t)(n * k));
+    o->sb = xmalloc(sizeof(float) * (size_t)(nb * o->kb));
+    bfp8_scales sb;
+    CHECK_OK(bfp8_scales_init(&sb, format, BFP8_LAYOUT_ROW_MAJOR, nb, o->kb, o->sb));
+    CHECK_OK(bfp8_quantize_weight(o->w, BFP8_DTYPE_F32, n, k, o->qb, &sb, NULL));
+    o->bias_f = xmalloc(sizeof(float) * (size_t)n);
+    dev_put(&o->b, o->qb, (size_t)(n * k));
+    dev_put(&o->sb_d, o->sb, sizeof(float) * (size_t)(nb * o->kb));
+}
+
+static void operands_free(operands *o) {
+    free(o->x), free(o->w), free(o->qb), free(o->sb), free(o->bias_f);
+    dev_free(&o->b), dev_free(&o->sb_d);
+}
+
+/* Activations of the first m rows, quantized on the host into the MN-major aligned layout, on the device. */
+typedef struct acts {
+    int64_t m;
+    uint8_t *qa;
+    float *sa; /* aligned MN-major [kb][round_up(m,4)] */
+    dev_buf a, sa_d;
+} acts;
+
+static void acts_make(acts *a, const operands *o, int64_t m) {
+    a->m = m;
+    free(a->qa), free(a->sa);
+    a->qa = xmalloc((size_t)(m * o->k));
+    size_t sbytes = bfp8_scales_bytes(BFP8_LAYOUT_MN_MAJOR_ALIGNED, m, o->kb);
+    a->sa = xmalloc(sbytes);
+    bfp8_scales sa;
+    CHECK_OK(bfp8_scales_init(&sa, o->format, BFP8_LAYOUT_MN_MAJOR_ALIGNED, m, o->kb, a->sa));
+    CHECK_OK(bfp8_quantize_act(o->x, BFP8_DTYPE_F32, m, o->k, a->qa, &sa, NULL));
+    dev_put(&a->a, a->qa, (size_t)(m * o->k));
+    dev_put(&a->sa_d, a->sa, sbytes);
+}
+
+static void acts_free(acts *a) {
+    free(a->qa), free(a->sa);
+    a->qa = NULL, a->sa = NULL;
+    dev_free(&a->a), dev_free(&a->sa_d);
+}
+
+static bfp8_gemm_args args_of(const operands *o, const acts *a, void *y, bfp8_dtype y_dtype, const void *bias_d,
+                              bfp8_dtype bias_dtype) {
+    bfp8_gemm_args g = {.m = a->m, .n = o->n, .k = o->k, .a = a->a.p, .b = o->b.p, .bias = bias_d,
+                        .bias_dtype = bias_dtype, .y = y, .y_dtype = y_dtype, .device = BFP8_DEVICE_CUDA};
+    bfp8_scales_init(&g.a_scales, o->format, BFP8_LAYOUT_MN_MAJOR_ALIGNED, a->m, o->kb, a->sa_d.p);
+    bfp8_scales_init(&g.b_scales, o->format, BFP8_LAYOUT_ROW_MAJOR, bfp8_ceil_div(o->n, 128), o->kb, o->sb_d.p);
+    return g;
+}
+
+static float e4m3_table[256];
+
+/* Picks up to `want` distinct indices of [0, count): the ends, block edges, then random ones; all when few. */
+static int64_t pick_indices(int64_t count, int64_t want, int64_t *out) {
+    if (count <= want) {
+        for (int64_t i = 0; i < count; i++) out[i] = i;
+        return count;
+    }
+    int64_t n = 0;
+    const int64_t fixed[] = {0, count - 1, 127, 128, count - 129, count / 2};
+    for (size_t f = 0; f < sizeof fixed / sizeof *fixed; f++) {
+        int64_t v = fixed[f];
+        bool dup = v < 0 || v >= count;
+        for (int64_t j = 0; j < n && !dup; j++) dup = out[j] == v;
+        if (!dup) out[n++] = v;
+    }
+    while (n < want) {
+        int64_t v = (int64_t)(test_rand_u64() % (uint64_t)count);
+        bool dup = false;
+        for (int64_t j = 0; j < n && !dup; j++) dup = out[j] == v;
+        if (!dup) out[n++] = v;
+    }
+    return n;
+}
+
+/* Runs hopper once into a poisoned output and checks every element was written, then compares a sample of rows x
+ * columns (all of them for small problems) against double computations. Returns false on any failure. */
+static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *a, bfp8_dtype y_dtype,
+                          bfp8_dtype bias_dtype, bool with_bias, int64_t sample_rows, int64_t sample_cols,
+                          const char *label) {
+    const int64_t m = a->m, n = o->n, k = o->k, kb = o->kb;
+    const size_t ysize = bfp8_dtype_size(y_dtype), ybytes = (size_t)(m * n) * ysize;
+    void *bias_host = NULL;
+    dev_buf bias_d = {0}, y_d = {0};
+    if (with_bias) {
+        bias_host = xmalloc((size_t)n * bfp8_dtype_size(bias_dtype));
+        for (int64_t j = 0; j < n; j++) {
+            float v = test_rand_f32() * 2.0f;
+            bfp8_store_f32(bias_host, bias_dtype, j, v);
+            o->bias_f[j] = bfp8_load_f32(bias_host, bias_dtype, j);
+        }
+        dev_put(&bias_d, bias_host, (size_t)n * bfp8_dtype_size(bias_dtype));
+    }
+    /* Poison: all-ones bytes are NaN in every float output dtype. */
+    uint8_t *y = xmalloc(ybytes);
+    memset(y, 0xFF, ybytes);
+    dev_put(&y_d, y, ybytes);
+    bfp8_gemm_args g = args_of(o, a, y_d.p, y_dtype, with_bias ? bias_d.p : NULL, bias_dtype);
+    bool ok = true;
+    bfp8_status st = b->gemm(b, &g);
+    if (st == BFP8_OK) st = bfp8_cuda_synchronize(NULL);
+    CHECK(st == BFP8_OK, "%s: gemm: %s", label, bfp8_last_error());
+    if (st != BFP8_OK) ok = false;
+    if (ok) CHECK_OK(bfp8_cuda_download(y, y_d.p, ybytes));
+    int64_t unwritten = 0;
+    for (int64_t i = 0; ok && i < m * n; i++)
+        if (isnan(out_f32(y, y_dtype, i))) unwritten++;
+    CHECK(unwritten == 0, "%s: %lld of %lld outputs NaN (unwritten or wrong)", label, (long long)unwritten,
+          (long long)(m * n));
+    if (unwritten) ok = false;
+
+    /* Reference on the sample: double sums per K block, promoted with the two scales (DESIGN section 3), and the
+     * unquantized product for calc_diff. */
+    int64_t *rows = xmalloc(sizeof(int64_t) * (size_t)(m < sample_rows ? m : sample_rows));
+    int64_t *cols = xmalloc(sizeof(int64_t) * (size_t)(n < sample_cols ? n : sample_cols));
+    const int64_t nr = pick_indices(m, sample_rows, rows), nc = pick_indices(n, sample_cols, cols);
+    const int64_t lda = bfp8_round_up(m, 4);
+    double err2 = 0, ref2 = 0, xy = 0, xx_yy = 0;
+    float *brow = xmalloc(sizeof(float) * (size_t)k), *arow = xmalloc(sizeof(float) * (size_t)k);
+    for (int64_t ci = 0; ok && ci < nc; ci++) {
+        const int64_t j = cols[ci];
+        for (int64_t t = 0; t < k; t++) brow[t] = e4m3_table[o->qb[j * k + t]];
+        for (int64_t ri = 0; ri < nr; ri++) {
+            const int64_t i = rows[ri];
+            for (int64_t t = 0; t < k; t++) arow[t] = e4m3_table[a->qa[i * k + t]];
+            double total = 0, raw = 0;
+            for (int64_t blk = 0; blk < kb; blk++) {
+                double part = 0;
+                const int64_t t1 = (blk + 1) * 128 < k ? (blk + 1) * 128 : k;
+                for (int64_t t = blk * 128; t < t1; t++) part += (double)arow[t] * brow[t];
+                total += part * (double)a->sa[blk * lda + i] * (double)o->sb[(j / 128) * kb + blk];
+            }
+            for (int64_t t = 0; t < k; t++) raw += (double)o->x[i * k + t] * o->w[j * k + t];
+            if (with_bias) total += o->bias_f[j], raw += o->bias_f[j];
+            const double got = out_f32(y, y_dtype, i * n + j);
+            err2 += (got - total) * (got - total);
+            ref2 += total * total;
+            xy += got * raw;
+            xx_yy += got * got + raw * raw;
+        }
+    }
+    if (ok) {
+        const double rel = sqrt(err2 / (ref2 > 0 ? ref2 : 1e-300));
+        const double diff = 1.0 - 2.0 * xy / (xx_yy > 0 ? xx_yy : 1e-300);
+        CHECK(rel <= tolerance(y_dtype), "%s: rel Frobenius %.3g > %.3g (%lld x %lld sampled)", label, rel,
+              tolerance(y_dtype), (long long)nr, (long long)nc);
+        /* calc_diff measures quantization noise, which only averages out over at least one 128-deep block. */
+        const bool diff_applies = k >= 128;
+        CHECK(!diff_applies || diff < 1e-3, "%s: calc_diff vs unquantized %.3g >= 1e-3", label, diff);
+        if (rel > tolerance(y_dtype) || (diff_applies && diff >= 1e-3)) ok = false;
+        if (getenv("BFP8_TEST_VERBOSE"))
+            printf("  %-44s rel %.2e  calc_diff %.2e  (%lld x %lld sampled)\n", label, rel, diff, (long long)nr,
+                   (long long)nc);
+    }
+    free(rows), free(cols), free(brow), free(arow), free(y), free(bias_host);
+    dev_free(&bias_d), dev_free(&y_d);
+    return ok;
+}
+
+/* One self-contained small problem, checked on every element. */
+static void small_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, bfp8_scale_format f, bfp8_dtype out,
+                       bool bias, bfp8_dtype bias_dtype) {
+    char label[128];
+    snprintf(label, sizeof label, "M=%lld N=%lld K=%lld %s out=%s bias=%s", (long long)m, (long long)n, (long long)k,
+             bfp8_scale_format_name(f), bfp8_dtype_name(out), bias ? bfp8_dtype_name(bias_dtype) : "none");
+    operands o;
+    acts a = {0};
+    /* fp16 overflows to inf (as it must) past 65504: keep f16 outputs in range. */
+    operands_make(&o, m, n, k, f, out == BFP8_DTYPE_F16 ? 1.0f / 64 : 1.0f);
+    acts_make(&a, &o, m);
+    run_and_check(b, &o, &a, out, bias_dtype, bias, 1 << 20, 1 << 20, label);
+    acts_free(&a);
+    operands_free(&o);
+}
+
+static void test_small(const bfp8_backend *b) {
+    /* K at its boundaries (16, the step of 16, a partial last 128-block), both paths (M <= 128 swapped). */
+    small_case(b, 1, 8, 16, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+    small_case(b, 5, 200, 16, BFP8_SCALE_FP32, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
+    small_case(b, 33, 130, 48, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 130, 300, 144, BFP8_SCALE_FP32, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
+    small_case(b, 257, 384, 1040, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F16);
+    /* N at its boundaries: 1, 8, 129; M just past one Q tile and every swapped tile width. */
+    small_case(b, 3, 1, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+    small_case(b, 129, 129, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
+    for (int64_t m = 8; m <= 128; m *= 2) small_case(b, m, 256, 384, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+    /* Output dtypes on both paths; split-K on the normal path (few tiles, long K). */
+    small_case(b, 64, 640, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
+    small_case(b, 300, 256, 8192, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
+    small_case(b, 300, 256, 8192, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
+    /* Normal path with an even number of M tiles (the multicast pairs) and the TMA-store epilogue (N % 8 == 0,
+     * 16-bit output), several tiles per CTA. */
+    small_case(b, 512, 384, 1024, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_BF16);
+    small_case(b, 256, 1000, 256, BFP8_SCALE_FP32, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
+    small_case(b, 4096, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+}
+
+/* Misuse that must be refused with a message, never crash. */
+static void test_refusals(const bfp8_backend *b) {
+    operands o;
+    acts a = {0};
+    operands_make(&o, 4, 128, 256, BFP8_SCALE_FP32, 1.0f);
+    acts_make(&a, &o, 4);
+    dev_buf y = {0};
+    dev_put(&y, NULL, 4 * 128 * 2);
+    bfp8_gemm_args g = args_of(&o, &a, y.p, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32);
+    g.a = (const uint8_t *)a.a.p + 1; /* TMA needs 16-byte alignment */
+    CHECK_STATUS(b->gemm(b, &g), BFP8_ERR_UNSUPPORTED);
+    g = args_of(&o, &a, y.p, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32);
+    g.a_scales.layout = BFP8_LAYOUT_MN_MAJOR;
+    CHECK_STATUS(b->gemm(b, &g), BFP8_ERR_UNSUPPORTED);
+    g = args_of(&o, &a, y.p, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32);
+    g.m = 0; /* empty output: nothing to do */
+    CHECK_OK(b->gemm(b, &g));
+    CHECK_OK(bfp8_cuda_synchronize(NULL));
+    dev_free(&y);
+    acts_free(&a);
+    operands_free(&o);
+}
+
+/* Ragged M x every DSR1 shape, sampled reference; and split-K determinism on a decode shape. */
+static void test_dsr1(const bfp8_backend *b) {
+    static const int64_t ms[] = {1, 3, 17, 100, 129, 4095};
+    for (int s = 0; s < 8; s++) {
+        const int64_t n = dsr1_shapes[s][0], k = dsr1_shapes[s][1];
+        const bfp8_scale_format f = (s % 3 == 2) ? BFP8_SCALE_UE8M0 : BFP8_SCALE_FP32;
+        operands o;
+        operands_make(&o, 4095, n, k, f, 1.0f);
+        acts a = {0};
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+            const int64_t m = ms[mi];
+            char label[128];
+            const bool bias = (mi + s) % 2 == 1;
+            snprintf(label, sizeof label, "DSR1 M=%lld N=%lld K=%lld %s%s", (long long)m, (long long)n, (long long)k,
+                     bfp8_scale_format_name(f), bias ? " +bias" : "");
+            acts_make(&a, &o, m);
+            run_and_check(b, &o, &a, BFP8_DTYPE_BF16, BFP8_DTYPE_F32, bias, 12, 96, label);
+            if (m == 17 && s == 0) {
+                /* Split-K sums in a fixed order: two runs give the same bytes. */
+                size_t bytes = (size_t)(m * n) * 2;
+                dev_buf y1 = {0}, y2 = {0};
+                dev_put(&y1, NULL, bytes), dev_put(&y2, NULL, bytes);
+                bfp8_gemm_args g1 = args_of(&o, &a, y1.p, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32);
+                bfp8_gemm_args g2 = args_of(&o, &a, y2.p, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32);
+                CHECK_OK(b->gemm(b, &g1));
+                CHECK_OK(b->gemm(b, &g2));
+                uint8_t *h1 = xmalloc(bytes), *h2 = xmalloc(bytes);
+                CHECK_OK(bfp8_cuda_download(h1, y1.p, bytes));
+                CHECK_OK(bfp8_cuda_download(h2, y2.p, bytes));
+                CHECK(memcmp(h1, h2, bytes) == 0, "two runs differ (M=%lld N=%lld K=%lld)", (long long)m,
+                      (long long)n, (long long)k);
+                free(h1), free(h2);
+                dev_free(&y1), dev_free(&y2);
+            }
+        }
+        acts_free(&a);
+        operands_free(&o);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------------
+ * Bench: the DSR1 table, hopper vs cuBLASLt in the same run (L2 flushed, median of 30).
+ * ---------------------------------------------------------------------------------------------------------------- */
+typedef struct timed_call {
+    const bfp8_backend *b;
+    bfp8_gemm_args args;
+} timed_call;
+
+static bfp8_status timed_fn(void *ctx) {
+    timed_call *c = ctx;
+    return c->b->gemm(c->b, &c->args);
+}
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* Median time in microseconds, or -1 when the call fails: a failure of hopper is a test failure, one of the
+ * comparison backend is reported (once) and its column left empty. */
+static double median_us(const bfp8_backend *b, const bfp8_gemm_args *args, bool must_work) {
+    enum { kIters = 30 };
+    double t[kIters];
+    timed_call c = {b, *args};
+    bfp8_status st = bfp8_cuda_time(timed_fn, &c, 5, kIters, true, NULL, t);
+    if (must_work) CHECK(st == BFP8_OK, "timing %s: %s", b->name, bfp8_last_error());
+    if (st != BFP8_OK) {
+        static int reported;
+        if (!must_work && !reported++) printf("note: %s failed, its column is empty: %s\n", b->name, bfp8_last_error());
+        (void)bfp8_cuda_synchronize(NULL);
+        return -1;
+    }
+    qsort(t, kIters, sizeof *t, cmp_double);
+    return t[kIters / 2];
+}
+
+static void bench(const bfp8_backend *b) {
+    static const int64_t ms[] = {1, 16, 64, 128, 512, 4096};
+    bfp8_dispatcher *d = bfp8_dispatcher_default();
+    const bfp8_backend *lt = d ? bfp8_dispatcher_find(d, "cublaslt") : NULL;
+    printf("\n| M | N | K | hopper us | cublaslt us | speedup | TFLOP/s | GB/s | floor us |\n|---|---|---|---|---|---|---|---|---|\n");
+    double log_sum = 0;
+    int cells = 0, slower = 0;
+    for (int s = 0; s < 8; s++) {
+        const int64_t n = dsr1_shapes[s][0], k = dsr1_shapes[s][1];
+        operands o;
+        operands_make(&o, 4096, n, k, BFP8_SCALE_FP32, 1.0f);
+        acts a = {0};
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+            const int64_t m = ms[mi];
+            acts_make(&a, &o, m);
+            dev_buf y = {0};
+            dev_put(&y, NULL, (size_t)(m * n) * 2);
+            bfp8_gemm_args g = args_of(&o, &a, y.p, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32);
+            const double th = median_us(b, &g, true);
+            double tl = -1;
+            bfp8_problem p;
+            char why[BFP8_REASON_MAX];
+            if (lt && bfp8_problem_from_gemm(&g, &p) == BFP8_OK && bfp8_backend_check(lt, &p, why, sizeof why))
+                tl = median_us(lt, &g, false);
+            const double bytes = (double)n * k + (double)m * k + 2.0 * m * n;
+            const double floor_us = bytes / 4.25e12 * 1e6;
+            const double tflops = 2.0 * m * n * k / (th * 1e-6) / 1e12;
+            const double gbs = bytes / (th * 1e-6) / 1e9;
+            char sp[32] = "n/a";
+            if (tl > 0 && th > 0) {
+                snprintf(sp, sizeof sp, "%.2fx", tl / th);
+                log_sum += log(tl / th);
+                cells++;
+                if (th > tl) slower++;
+            }
+            printf("| %lld | %lld | %lld | %.1f | %.1f | %s | %.0f | %.0f | %.1f |\n", (long long)m, (long long)n,
+                   (long long)k, th, tl, sp, tflops, gbs, floor_us);
+            fflush(stdout);
+            dev_free(&y);
+        }
+        acts_free(&a);
+        operands_free(&o);
+    }
+    if (cells) printf("geomean speedup vs cublaslt over %d cells: %.3fx; cells slower than cublaslt: %d\n", cells,
+                      exp(log_sum / cells), slower);
+}
+#endif
+
+int main(int argc, char **argv) {
+    test_seed();
+    bool small_only = false, do_bench = false, bench_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--small") == 0) small_only = true;
+        if (strcmp(argv[i], "--bench") == 0) do_bench = true;
+        if (strcmp(argv[i], "--bench-only") == 0) do_bench = bench_only = true;
+    }
+#ifndef BFP8_WITH_CUDA
+    (void)small_only, (void)do_bench, (void)bench_only;
+    printf("hopper: skipped: built without CUDA\n");
+    CHECK(1, "nothing to run");
+    return TEST_SUMMARY("hopper");
+#else
+    const bfp8_backend *b = bfp8_hopper_backend();
+    test_caps(b);
+    char why[BFP8_REASON_MAX] = "";
+    bool have = bfp8_cuda_available(why, sizeof why);
+    int arch = have ? bfp8_cuda_current_arch() : 0;
+    if (have && arch != 90) snprintf(why, sizeof why, "the device is sm_%d, hopper needs sm_90", arch);
+    if (!have || arch != 90) {
+        printf("hopper: skipped: %s\n", why);
+        /* Nothing can run: the call is refused with a message (pointers are never touched). */
+        static uint64_t fake[64];
+        bfp8_gemm_args g = {.m = 4, .n = 128, .k = 128, .a = (const uint8_t *)fake, .b = (const uint8_t *)fake,
+                            .y = fake, .y_dtype = BFP8_DTYPE_BF16, .device = BFP8_DEVICE_CUDA};
+        bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_MN_MAJOR_ALIGNED, 4, 1, fake);
+        bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, fake);
+        bfp8_status st = b->gemm(b, &g);
+        CHECK(st != BFP8_OK && bfp8_last_error()[0], "gemm without a usable device returned %s",
+              bfp8_status_name(st));
+        return TEST_SUMMARY("hopper");
+    }
+    for (int i = 0; i < 256; i++) e4m3_table[i] = bfp8_e4m3_to_f32((uint8_t)i);
+    const clock_t t0 = clock();
+    if (!bench_only) {
+        test_small(b);
+        test_refusals(b);
+        if (!small_only) test_dsr1(b);
+    }
+    printf("correctness: %.1f s CPU\n", (double)(clock() - t0) / CLOCKS_PER_SEC);
+    if (do_bench) bench(b);
+    return TEST_SUMMARY("hopper");
+#endif
+}

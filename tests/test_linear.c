@@ -1,0 +1,290 @@
+/* Linear layer and prepared weights: against an independent double computation from the quantized operands, the
+ * unquantized product (calc_diff), the reference backend, DeepSeek-format loading, and bad arguments. */
+#include "check.h"
+
+#include <unistd.h>
+
+/* ||y - ref|| / ||ref|| over n values. */
+static double rel_frobenius(const float *y, const double *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)y[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* DeepGEMM's calc_diff: 1 - 2 sum(xy) / sum(x^2 + y^2). */
+static double calc_diff(const float *y, const double *ref, int64_t n) {
+    double xy = 0, xx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        xy += (double)y[i] * ref[i];
+        xx += (double)y[i] * y[i] + ref[i] * ref[i];
+    }
+    return 1.0 - 2.0 * xy / xx;
+}
+
+static float output_to_f32(const void *y, bfp8_dtype dt, int64_t i) {
+    switch (dt) {
+    case BFP8_DTYPE_BF16: return bfp8_bf16_to_f32(((const uint16_t *)y)[i]);
+    case BFP8_DTYPE_F16: return bfp8_f16_to_f32(((const uint16_t *)y)[i]);
+    default: return ((const float *)y)[i];
+    }
+}
+
+static double tolerance(bfp8_dtype dt) {
+    return dt == BFP8_DTYPE_BF16 ? 8e-3 : dt == BFP8_DTYPE_F16 ? 1e-3 : 1e-5;
+}
+
+/* One linear call checked three ways. */
+static void check_linear_case(bfp8_dispatcher *d, const char *label, int64_t m, int64_t n, int64_t k,
+                              bfp8_dtype x_dtype, bfp8_dtype y_dtype, bfp8_scale_format format, bool bias) {
+    size_t xs = bfp8_dtype_size(x_dtype), ys = bfp8_dtype_size(y_dtype);
+    float *w = malloc(sizeof(float) * (size_t)(n * k + 1));
+    float *xf = malloc(sizeof(float) * (size_t)(m * k + 1));
+    void *x = malloc(xs * (size_t)(m * k + 1));
+    float *bias_f = malloc(sizeof(float) * (size_t)(n + 1));
+    uint16_t *bias_bf16 = malloc(sizeof(uint16_t) * (size_t)(n + 1));
+    void *y = malloc(ys * (size_t)(m * n + 1));
+    double *ref_q = malloc(sizeof(double) * (size_t)(m * n + 1));
+    double *ref_exact = malloc(sizeof(double) * (size_t)(m * n + 1));
+    float *yf = malloc(sizeof(float) * (size_t)(m * n + 1));
+
+    /* Weights with a different magnitude per 128x128 block; activations with an outlier channel. */
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < k; j++) w[i * k + j] = test_randn(0.02f * (float)(1 + (i / 128 + j / 128) % 3));
+    for (int64_t i = 0; i < m * k; i++) xf[i] = test_randn(1.0f) * ((i % k) == 7 ? 30.0f : 1.0f);
+    for (int64_t i = 0; i < m * k; i++) {
+        if (x_dtype == BFP8_DTYPE_BF16) ((uint16_t *)x)[i] = bfp8_bf16_from_f32(xf[i]), xf[i] = bfp8_bf16_to_f32(((uint16_t *)x)[i]);
+        else if (x_dtype == BFP8_DTYPE_F16) ((uint16_t *)x)[i] = bfp8_f16_from_f32(xf[i]), xf[i] = bfp8_f16_to_f32(((uint16_t *)x)[i]);
+        else ((float *)x)[i] = xf[i];
+    }
+    for (int64_t i = 0; i < n; i++) bias_bf16[i] = bfp8_bf16_from_f32(test_randn(0.5f)), bias_f[i] = bfp8_bf16_to_f32(bias_bf16[i]);
+
+    bfp8_weight *wt = NULL;
+    CHECK_OK(bfp8_weight_quantize(&wt, w, BFP8_DTYPE_F32, n, k, format, NULL));
+    if (!wt) goto out;
+    CHECK_OK(bfp8_weight_prepare(wt, d, NULL));
+
+    /* Independent computation from the quantized operands: the weight's own view, activations quantized with the
+     * library's quantizer (tested bit-exactly elsewhere), the GEMM in double here. */
+    int64_t kb = (k + 127) / 128;
+    uint8_t *qa = malloc((size_t)(m * k + 1));
+    float *sa = malloc(sizeof(float) * (size_t)(m * kb + 1));
+    bfp8_scales sa_desc;
+    CHECK_OK(bfp8_scales_init(&sa_desc, format, BFP8_LAYOUT_ROW_MAJOR, m, kb, sa));
+    CHECK_OK(bfp8_quantize_act(x, x_dtype, m, k, qa, &sa_desc, NULL));
+    const uint8_t *qb;
+    bfp8_scales sb;
+    CHECK_OK(bfp8_weight_view(wt, BFP8_DEVICE_CPU, BFP8_LAYOUT_ROW_MAJOR, &qb, &sb));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double acc = bias ? bias_f[j] : 0.0, exact = acc;
+            for (int64_t b = 0; b < kb; b++) {
+                double part = 0;
+                for (int64_t t = b * 128; t < k && t < (b + 1) * 128; t++)
+                    part += (double)bfp8_e4m3_to_f32(qa[i * k + t]) * bfp8_e4m3_to_f32(qb[j * k + t]);
+                acc += part * sa[i * kb + b] * ((const float *)sb.data)[(j / 128) * kb + b];
+            }
+            for (int64_t t = 0; t < k; t++) exact += (double)xf[i * k + t] * w[j * k + t];
+            ref_q[i * n + j] = acc;
+            ref_exact[i * n + j] = exact;
+        }
+
+    memset(y, 0xFF, ys * (size_t)(m * n)); /* NaN in every float dtype */
+    bfp8_linear_args args = {.x = x, .x_dtype = x_dtype, .m = m, .bias = bias ? bias_bf16 : NULL,
+                             .bias_dtype = BFP8_DTYPE_BF16, .y = y, .y_dtype = y_dtype, .device = BFP8_DEVICE_CPU};
+    CHECK_OK(bfp8_linear(d, wt, &args));
+    int64_t unwritten = 0;
+    for (int64_t i = 0; i < m * n; i++) {
+        yf[i] = output_to_f32(y, y_dtype, i);
+        unwritten += isnan(yf[i]);
+    }
+    CHECK(unwritten == 0, "%s: %lld outputs unwritten (still NaN)", label, (long long)unwritten);
+    if (m * n > 0) {
+        double err = rel_frobenius(yf, ref_q, m * n), diff = calc_diff(yf, ref_exact, m * n);
+        CHECK(err <= tolerance(y_dtype), "%s: rel error %.3g > %.3g", label, err, tolerance(y_dtype));
+        CHECK(diff < 1e-3, "%s: calc_diff %.3g vs the unquantized product", label, diff);
+    }
+    free(qa), free(sa);
+out:
+    bfp8_weight_free(wt);
+    free(w), free(xf), free(x), free(bias_f), free(bias_bf16), free(y), free(ref_q), free(ref_exact), free(yf);
+}
+
+static bfp8_dispatcher *strict_dispatcher(const char *name) {
+    bfp8_dispatcher *d = NULL;
+    CHECK_OK(bfp8_dispatcher_create_default(&d));
+    CHECK_OK(bfp8_dispatcher_set_policy(d, BFP8_POLICY_STRICT, name));
+    return d;
+}
+
+static void test_linear_backends(void) {
+    const char *names[] = {"ref", "cpu"};
+    const bfp8_dtype outs[] = {BFP8_DTYPE_BF16, BFP8_DTYPE_F16, BFP8_DTYPE_F32};
+    for (int b = 0; b < 2; b++) {
+        bfp8_dispatcher *d = strict_dispatcher(names[b]);
+        if (!d) continue;
+        char label[128];
+        for (int o = 0; o < 3; o++) {
+            snprintf(label, sizeof label, "%s out=%s ragged", names[b], bfp8_dtype_name(outs[o]));
+            check_linear_case(d, label, 5, 200, 300, BFP8_DTYPE_BF16, outs[o], BFP8_SCALE_FP32, true);
+        }
+        snprintf(label, sizeof label, "%s ue8m0 f16-in", names[b]);
+        check_linear_case(d, label, 3, 256, 384, BFP8_DTYPE_F16, BFP8_DTYPE_BF16, BFP8_SCALE_UE8M0, false);
+        snprintf(label, sizeof label, "%s f32-in K<128", names[b]);
+        check_linear_case(d, label, 2, 130, 100, BFP8_DTYPE_F32, BFP8_DTYPE_F32, BFP8_SCALE_FP32, true);
+        snprintf(label, sizeof label, "%s M=0", names[b]);
+        check_linear_case(d, label, 0, 130, 256, BFP8_DTYPE_BF16, BFP8_DTYPE_BF16, BFP8_SCALE_FP32, true);
+        CHECK(bfp8_dispatcher_calls(d, names[b]) == 6, "%s: %llu calls recorded", names[b],
+              (unsigned long long)bfp8_dispatcher_calls(d, names[b]));
+        bfp8_dispatcher_free(d);
+    }
+    /* The default dispatcher picks `cpu` on the host (auto). */
+    check_linear_case(NULL, "default", 4, 2112 / 8, 256, BFP8_DTYPE_BF16, BFP8_DTYPE_BF16, BFP8_SCALE_FP32, false);
+}
+
+/* Non-finite activations: counted, encoded as NaN, visible in the output row; other rows unaffected. */
+static void test_nonfinite(void) {
+    enum { M = 3, N = 8, K = 256 };
+    bfp8_dispatcher *d = strict_dispatcher("ref");
+    float w[N * K], x[M * K], y[M * N];
+    for (int i = 0; i < N * K; i++) w[i] = test_randn(0.1f);
+    for (int i = 0; i < M * K; i++) x[i] = test_randn(1.0f);
+    x[1 * K + 5] = NAN;
+    x[1 * K + 200] = INFINITY;
+    bfp8_weight *wt;
+    CHECK_OK(bfp8_weight_quantize(&wt, w, BFP8_DTYPE_F32, N, K, BFP8_SCALE_FP32, NULL));
+    bfp8_linear_args a = {.x = x, .x_dtype = BFP8_DTYPE_F32, .m = M, .y = y, .y_dtype = BFP8_DTYPE_F32,
+                          .device = BFP8_DEVICE_CPU};
+    CHECK_OK(bfp8_linear(d, wt, &a));
+    CHECK(bfp8_dispatcher_nonfinite_inputs(d) == 2, "nonfinite count %llu",
+          (unsigned long long)bfp8_dispatcher_nonfinite_inputs(d));
+    bool row1_nan = true, others_finite = true;
+    for (int j = 0; j < N; j++) {
+        row1_nan = row1_nan && isnan(y[N + j]);
+        others_finite = others_finite && isfinite(y[j]) && isfinite(y[2 * N + j]);
+    }
+    CHECK(row1_nan && others_finite, "NaN must show in its row only");
+    bfp8_weight_free(wt);
+    bfp8_dispatcher_free(d);
+}
+
+/* Prepared weights: explicit layouts, views, and bad arguments. */
+static void test_weight(void) {
+    enum { N = 200, K = 300, NB = 2, KB = 3 };
+    uint8_t q[N * K];
+    float s_mn[NB * KB];
+    for (int i = 0; i < N * K; i++) q[i] = (uint8_t)(test_rand_u64() % 0x7E);
+    for (int i = 0; i < NB * KB; i++) s_mn[i] = 0.001f * (float)(i + 1);
+    bfp8_scales s;
+    CHECK_OK(bfp8_scales_init(&s, BFP8_SCALE_FP32, BFP8_LAYOUT_MN_MAJOR, NB, KB, s_mn));
+    bfp8_weight *w = NULL;
+    CHECK_OK(bfp8_weight_create(&w, q, N, K, &s));
+    bfp8_weight_info info;
+    CHECK_OK(bfp8_weight_info_get(w, &info));
+    CHECK(info.n == N && info.k == K && info.scale_format == BFP8_SCALE_FP32 && info.device_layouts == 0 &&
+              info.host_layouts == (BFP8_BIT(BFP8_LAYOUT_MN_MAJOR) | BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR)),
+          "weight info: layouts 0x%x", info.host_layouts);
+    const uint8_t *vq;
+    bfp8_scales vs;
+    CHECK_OK(bfp8_weight_view(w, BFP8_DEVICE_CPU, BFP8_LAYOUT_ROW_MAJOR, &vq, &vs));
+    CHECK(vq != q && memcmp(vq, q, sizeof q) == 0, "weight copies q");
+    bool same = true;
+    for (int r = 0; r < NB; r++)
+        for (int c = 0; c < KB; c++) same = same && bfp8_scales_get(&vs, r, c) == s_mn[c * NB + r];
+    CHECK(same, "row-major view matches the MN-major input");
+    CHECK_STATUS(bfp8_weight_view(w, BFP8_DEVICE_CUDA, BFP8_LAYOUT_ROW_MAJOR, &vq, &vs), BFP8_ERR_NOT_FOUND);
+    CHECK_STATUS(bfp8_weight_view(w, BFP8_DEVICE_CPU, BFP8_LAYOUT_PACKED_UE8M0, &vq, &vs), BFP8_ERR_NOT_FOUND);
+    CHECK_STATUS(bfp8_weight_prepare(w, NULL, "no_such_backend"), BFP8_ERR_NOT_FOUND);
+
+    /* Bad arguments: a clear status, never a crash. */
+    float x[2 * K], y[2 * N];
+    for (int i = 0; i < 2 * K; i++) x[i] = test_randn(1.0f);
+    bfp8_linear_args a = {.x = x, .x_dtype = BFP8_DTYPE_F32, .m = 2, .y = y, .y_dtype = BFP8_DTYPE_F32};
+    CHECK_STATUS(bfp8_linear(NULL, NULL, &a), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_linear(NULL, w, NULL), BFP8_ERR_INVALID_ARGUMENT);
+    a.m = -1;
+    CHECK_STATUS(bfp8_linear(NULL, w, &a), BFP8_ERR_INVALID_ARGUMENT);
+    a.m = INT64_MAX / 2;
+    CHECK_STATUS(bfp8_linear(NULL, w, &a), BFP8_ERR_INVALID_ARGUMENT);
+    a.m = 2;
+    a.x_dtype = BFP8_DTYPE_E4M3;
+    CHECK_STATUS(bfp8_linear(NULL, w, &a), BFP8_ERR_INVALID_ARGUMENT);
+    a.x_dtype = BFP8_DTYPE_F32;
+    a.y_dtype = (bfp8_dtype)99;
+    CHECK_STATUS(bfp8_linear(NULL, w, &a), BFP8_ERR_INVALID_ARGUMENT);
+    a.y_dtype = BFP8_DTYPE_F32;
+    a.x = NULL;
+    CHECK_STATUS(bfp8_linear(NULL, w, &a), BFP8_ERR_INVALID_ARGUMENT);
+    a.x = x;
+    a.device = BFP8_DEVICE_CUDA; /* host pointers claimed as device: no CUDA backend here, or no prepared weight */
+    bfp8_status st = bfp8_linear(NULL, w, &a);
+    CHECK(st == BFP8_ERR_UNSUPPORTED, "linear on cuda without a prepared device weight: %s", bfp8_status_name(st));
+
+    bfp8_weight *w2 = NULL;
+    CHECK_STATUS(bfp8_weight_create(&w2, q, N + 200, K, &s), BFP8_ERR_INVALID_ARGUMENT); /* scale rows mismatch */
+    CHECK_STATUS(bfp8_weight_create(&w2, q, N, -1, &s), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_weight_create(&w2, NULL, N, K, &s), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_weight_create(NULL, q, N, K, &s), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK(w2 == NULL, "no weight on failure");
+    bfp8_weight_free(w);
+    bfp8_weight_free(NULL);
+}
+
+/* DeepSeek naming through safetensors: NAME (F8_E4M3) + NAME_scale_inv (F32). */
+static void test_weight_load(void) {
+    enum { N = 130, K = 260, NB = 2, KB = 3 };
+    uint8_t q[N * K];
+    float s[NB * KB];
+    for (int i = 0; i < N * K; i++) q[i] = (uint8_t)(test_rand_u64() % 0x7E);
+    for (int i = 0; i < NB * KB; i++) s[i] = 1e-3f * (1.0f + test_rand_f32() * 0.5f);
+    char path[] = "/tmp/bfp8_test_weight_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    bfp8_tensor t[2] = {
+        {.name = "model.layers.0.mlp.down_proj.weight", .dtype = BFP8_DTYPE_E4M3, .ndim = 2, .shape = {N, K},
+         .data = q, .nbytes = sizeof q},
+        {.name = "model.layers.0.mlp.down_proj.weight_scale_inv", .dtype = BFP8_DTYPE_F32, .ndim = 2,
+         .shape = {NB, KB}, .data = s, .nbytes = sizeof s},
+    };
+    CHECK_OK(bfp8_safetensors_write(path, t, 2));
+    bfp8_safetensors *f = NULL;
+    CHECK_OK(bfp8_safetensors_open(path, &f));
+    bfp8_weight *w = NULL;
+    if (f) CHECK_OK(bfp8_weight_load(f, "model.layers.0.mlp.down_proj.weight", &w));
+    if (w) {
+        const uint8_t *vq;
+        bfp8_scales vs;
+        CHECK_OK(bfp8_weight_view(w, BFP8_DEVICE_CPU, BFP8_LAYOUT_ROW_MAJOR, &vq, &vs));
+        CHECK(memcmp(vq, q, sizeof q) == 0 && memcmp(vs.data, s, sizeof s) == 0, "loaded weight matches");
+    }
+    bfp8_weight_free(w);
+    w = NULL;
+    if (f) CHECK_STATUS(bfp8_weight_load(f, "missing", &w), BFP8_ERR_NOT_FOUND);
+    if (f) CHECK_STATUS(bfp8_weight_load(f, "model.layers.0.mlp.down_proj.weight_scale_inv", &w), BFP8_ERR_NOT_FOUND);
+    bfp8_safetensors_close(f);
+
+    /* A scale tensor of the wrong shape is a format error naming both shapes. */
+    t[1].shape[1] = 1;
+    t[1].nbytes = sizeof(float) * NB;
+    CHECK_OK(bfp8_safetensors_write(path, t, 2));
+    f = NULL;
+    CHECK_OK(bfp8_safetensors_open(path, &f));
+    w = NULL;
+    if (f) CHECK_STATUS(bfp8_weight_load(f, "model.layers.0.mlp.down_proj.weight", &w), BFP8_ERR_FORMAT);
+    CHECK(w == NULL && strstr(bfp8_last_error(), "[2, 3]"), "message: %s", bfp8_last_error());
+    bfp8_safetensors_close(f);
+    remove(path);
+}
+
+int main(void) {
+    test_seed();
+    test_linear_backends();
+    test_nonfinite();
+    test_weight();
+    test_weight_load();
+    return TEST_SUMMARY("linear");
+}

@@ -1,0 +1,558 @@
+/* safetensors: write/read round trips of every dtype, every malformed case built byte by byte, I/O failures and
+ * argument checks. */
+#include "check.h"
+
+#include <dirent.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmp_dir[64];
+
+static void path_in_tmp(char *out, size_t size, const char *name) { snprintf(out, size, "%s/%s", tmp_dir, name); }
+
+/* Number of entries of a directory other than . and .. (-1 if it cannot be read). */
+static int dir_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+static void remove_tmp_dir(void) {
+    DIR *d = opendir(tmp_dir);
+    if (!d) return;
+    char path[512];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        path_in_tmp(path, sizeof path, e->d_name);
+        if (remove(path) != 0) rmdir(path);
+    }
+    closedir(d);
+    rmdir(tmp_dir);
+}
+
+static bool write_bytes(const char *path, const void *bytes, size_t size) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return false;
+    bool ok = fwrite(bytes, 1, size, fp) == size;
+    return fclose(fp) == 0 && ok;
+}
+
+static unsigned char *read_bytes(const char *path, size_t *size) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    unsigned char *buf = malloc(n > 0 ? (size_t)n : 1);
+    *size = fread(buf, 1, (size_t)n, fp);
+    fclose(fp);
+    return buf;
+}
+
+/* A file built by hand: little-endian header length, the header text as given, then `data_len` data bytes. */
+static unsigned char *make_file(uint64_t header_len_field, const char *header, size_t data_len, size_t *size) {
+    size_t hlen = strlen(header);
+    *size = 8 + hlen + data_len;
+    unsigned char *buf = malloc(*size);
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)(header_len_field >> (8 * i));
+    memcpy(buf + 8, header, hlen);
+    for (size_t i = 0; i < data_len; i++) buf[8 + hlen + i] = (unsigned char)(i * 37 + 11);
+    return buf;
+}
+
+/* Expects FORMAT with a message containing `needle`, from memory and from a file (message then names the path). */
+static void expect_format_bytes(const char *label, const unsigned char *bytes, size_t size, const char *needle) {
+    bfp8_safetensors *f = (bfp8_safetensors *)&f; /* poisoned: must come back NULL */
+    bfp8_status st = bfp8_safetensors_parse(bytes, size, &f);
+    const char *msg = bfp8_last_error();
+    CHECK(st == BFP8_ERR_FORMAT && f == NULL, "%s: parse -> %s '%s'", label, bfp8_status_name(st), msg);
+    CHECK(strstr(msg, needle) != NULL, "%s: message '%s' lacks '%s'", label, msg, needle);
+
+    char path[256];
+    path_in_tmp(path, sizeof path, "malformed.safetensors");
+    CHECK(write_bytes(path, bytes, size), "%s: cannot write the test file", label);
+    f = (bfp8_safetensors *)&f;
+    st = bfp8_safetensors_open(path, &f);
+    msg = bfp8_last_error();
+    CHECK(st == BFP8_ERR_FORMAT && f == NULL, "%s: open -> %s '%s'", label, bfp8_status_name(st), msg);
+    CHECK(strstr(msg, path) != NULL && strstr(msg, needle) != NULL, "%s: open message '%s'", label, msg);
+    remove(path);
+}
+
+static void expect_format(const char *label, const char *header, size_t data_len, const char *needle) {
+    size_t size;
+    unsigned char *buf = make_file(strlen(header), header, data_len, &size);
+    expect_format_bytes(label, buf, size, needle);
+    free(buf);
+}
+
+/* Parses a hand-built file that must be valid; returns it (caller closes) or NULL. */
+static bfp8_safetensors *expect_valid(const char *label, const char *header, size_t data_len) {
+    size_t size;
+    unsigned char *buf = make_file(strlen(header), header, data_len, &size);
+    bfp8_safetensors *f = NULL;
+    bfp8_status st = bfp8_safetensors_parse(buf, size, &f);
+    CHECK(st == BFP8_OK && f != NULL, "%s: parse -> %s '%s'", label, bfp8_status_name(st), bfp8_last_error());
+    free(buf);
+    return f;
+}
+
+static void test_malformed_prefix(void) {
+    unsigned char small[8] = {0};
+    expect_format_bytes("empty file", small, 0, "shorter than the 8-byte");
+    expect_format_bytes("7-byte file", small, 7, "shorter than the 8-byte");
+
+    size_t size;
+    unsigned char *buf = make_file(100, "{}", 10, &size);
+    expect_format_bytes("header length past EOF", buf, size, "past the end");
+    free(buf);
+    buf = make_file(100000001ull, "{}", 10, &size);
+    expect_format_bytes("header length just over the cap", buf, size, "limit");
+    free(buf);
+    buf = make_file(~0ull, "{}", 0, &size);
+    expect_format_bytes("header length 2^64-1", buf, size, "limit");
+    free(buf);
+    buf = make_file(3, "{}", 0, &size); /* claims one byte more than the file has */
+    expect_format_bytes("header length one past EOF", buf, size, "past the end");
+    free(buf);
+}
+
+static void test_malformed_json(void) {
+    expect_format("empty header", "", 0, "not valid JSON");
+    expect_format("truncated JSON", "{\"a\":", 0, "not valid JSON");
+    expect_format("garbage", "hello", 0, "not valid JSON");
+    expect_format("trailing bytes", "{} x", 0, "trailing");
+    expect_format("two objects", "{}{}", 0, "trailing");
+    expect_format("invalid UTF-8", "{\"\xff\":1}", 0, "UTF-8");
+    expect_format("overlong UTF-8", "{\"\xc0\xaf\":1}", 0, "UTF-8");
+    expect_format("truncated UTF-8 at the end", "{}  \xe2\x82", 0, "UTF-8");
+    expect_format("UTF-8 surrogate", "{\"\xed\xa0\x80\":1}", 0, "UTF-8");
+    expect_format("raw control character", "{\"a\x01\":1}", 0, "control character");
+    {
+        /* A NUL inside the header (JSON never allows it raw). */
+        size_t size;
+        unsigned char *buf = make_file(4, "{}  ", 0, &size);
+        buf[10] = 0;
+        expect_format_bytes("NUL in header", buf, size, "control character");
+        free(buf);
+    }
+    expect_format("array", "[]", 0, "not a JSON object");
+    expect_format("string", "\"x\"", 0, "not a JSON object");
+    expect_format("number", "1", 0, "not a JSON object");
+    expect_format("null", "null", 0, "not a JSON object");
+}
+
+static void test_malformed_entries(void) {
+    expect_format("entry is a number", "{\"a\":1}", 0, "entry 'a' is not an object");
+    expect_format("entry is an array", "{\"a\":[]}", 0, "entry 'a' is not an object");
+    expect_format("missing dtype", "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "has no \"dtype\"");
+    expect_format("missing shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "has no \"shape\"");
+    expect_format("missing data_offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "has no \"data_offsets\"");
+    expect_format("dtype twice", "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                  4, "\"dtype\" twice");
+    expect_format("dtype not a string", "{\"a\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                  "\"dtype\" is not a string");
+    expect_format("shape not an array", "{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4,
+                  "\"shape\" is not an array");
+    expect_format("data_offsets not an array", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":4}}", 4,
+                  "not an array of two");
+
+    /* Valid safetensors dtypes blockfp8 does not handle, and junk: FORMAT naming tensor and dtype. */
+    const char *dtypes[] = {"F64", "I64", "U8", "I8", "BOOL", "F8_E5M2", "U16", "f32", "junk", ""};
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+        char header[200], needle[100];
+        snprintf(header, sizeof header, "{\"w.x\":{\"dtype\":\"%s\",\"shape\":[1],\"data_offsets\":[0,8]}}",
+                 dtypes[i]);
+        snprintf(needle, sizeof needle, "tensor 'w.x': dtype '%s' is not supported", dtypes[i]);
+        expect_format(dtypes[i], header, 8, needle);
+    }
+}
+
+static void test_malformed_shapes(void) {
+    expect_format("negative dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "shape dim 0");
+    expect_format("fractional dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4,
+                  "shape dim 0");
+    expect_format("string dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,\"2\"],\"data_offsets\":[0,8]}}", 8,
+                  "shape dim 1");
+    expect_format("null dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[null],\"data_offsets\":[0,4]}}", 4, "shape dim 0");
+    expect_format("dim above 2^53 (E4M3)",
+                  "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[0,9007199254740994],\"data_offsets\":[0,0]}}", 0,
+                  "shape dim 1");
+    expect_format("dim 1e300", "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[1e300],\"data_offsets\":[0,1]}}", 1,
+                  "shape dim 0");
+    expect_format("9 dims", "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1,
+                  "more than 8 dims");
+    expect_format("element count overflow",
+                  "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,1]}}", 1,
+                  "element count overflows");
+    expect_format("byte count overflow",
+                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,1073741824],\"data_offsets\":[0,1]}}", 1,
+                  "byte count overflows");
+    /* Boundaries that are valid: 8 dims; a 2^53 dim next to a zero dim (zero elements). */
+    bfp8_safetensors *f = expect_valid(
+        "8 dims", "{\"a\":{\"dtype\":\"BF16\",\"shape\":[1,2,1,2,1,2,1,2],\"data_offsets\":[0,32]}}", 32);
+    if (f) {
+        const bfp8_tensor *t = bfp8_safetensors_at(f, 0);
+        CHECK(t->ndim == 8 && t->shape[7] == 2 && t->nbytes == 32, "8 dims: ndim %d", t->ndim);
+    }
+    bfp8_safetensors_close(f);
+    f = expect_valid("2^53 dim times 0",
+                     "{\"a\":{\"dtype\":\"F32\",\"shape\":[9007199254740992,0],\"data_offsets\":[0,0]}}", 0);
+    if (f) CHECK(bfp8_safetensors_at(f, 0)->shape[0] == 9007199254740992ll, "2^53 dim");
+    bfp8_safetensors_close(f);
+}
+
+static void test_malformed_offsets(void) {
+    const char *two = "not an array of two";
+    expect_format("one offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4]}}", 4, two);
+    expect_format("no offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[]}}", 4, two);
+    expect_format("three offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 8, two);
+    const char *ints = "data_offsets are not integers";
+    expect_format("negative offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[-4,-4]}}", 4, ints);
+    expect_format("fractional offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0.5,4.5]}}", 8, ints);
+    expect_format("string offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[\"0\",4]}}", 4, ints);
+    expect_format("offset above 2^53",
+                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[9007199254740994,9007199254740994]}}", 4,
+                  ints);
+    expect_format("offset 1e300", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,1e300]}}", 4, ints);
+    expect_format("begin > end", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", 8,
+                  "begin 8 > end 4");
+    expect_format("end past data", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 7,
+                  "end 8 is past the 7-byte data section");
+    expect_format("empty tensor past data", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[9,9]}}", 8,
+                  "past the 8-byte data section");
+    expect_format("byte count too small", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 24,
+                  "20 bytes in data_offsets, but shape and F32 need 24");
+    expect_format("byte count too large", "{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+                  "need 6");
+    expect_format("overlap", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlap");
+    expect_format("overlap, reverse order", "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]},"
+                                           "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12,
+                  "overlap");
+    expect_format("same range twice", "{\"a\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "overlap");
+    expect_format("contained range", "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[16],\"data_offsets\":[0,16]},"
+                                    "\"c\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[20,22]},"
+                                    "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 24, "overlap");
+}
+
+static void test_malformed_names(void) {
+    expect_format("duplicate names", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                    "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+                  "duplicate tensor name 'a'");
+    expect_format("duplicate names after others", "{\"b\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                                                 "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                                 "\"c\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                                                 "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+                  "duplicate tensor name 'b'");
+    expect_format("escaped NUL makes a duplicate", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                                  "\"a\\u0000z\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                  8, "duplicate");
+    expect_format("empty name", "{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "empty name");
+    char header[1300], name[1100];
+    memset(name, 'n', 1025);
+    name[1025] = '\0';
+    snprintf(header, sizeof header, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", name);
+    expect_format("1025-byte name", header, 4, "1025 bytes (limit 1024)");
+    name[1024] = '\0';
+    snprintf(header, sizeof header, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", name);
+    bfp8_safetensors *f = expect_valid("1024-byte name", header, 4);
+    if (f) CHECK(bfp8_safetensors_find(f, name) != NULL, "1024-byte name not found");
+    bfp8_safetensors_close(f);
+
+    expect_format("metadata not an object", "{\"__metadata__\":[]}", 0, "\"__metadata__\" is not an object");
+    expect_format("metadata value not a string", "{\"__metadata__\":{\"format\":1}}", 0, "value of 'format'");
+    expect_format("metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "appears twice");
+}
+
+/* Valid files that exercise the permissive corners of the format. */
+static void test_valid_corners(void) {
+    bfp8_safetensors *f = expect_valid("empty header object", "{}", 0);
+    if (f) CHECK(bfp8_safetensors_count(f) == 0 && bfp8_safetensors_at(f, 0) == NULL, "empty: count");
+    bfp8_safetensors_close(f);
+
+    /* Metadata, unknown keys, whitespace padding, a gap, an empty tensor inside another's range, a scalar, a
+     * zero-element tensor, and misaligned data (the header length makes the data section start at 8 + 237). */
+    const char *header = "{\"__metadata__\":{\"format\":\"pt\"},"
+                         "\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[1,5],\"extra\":[1]},"
+                         "\"z\":{\"dtype\":\"BF16\",\"shape\":[3,0],\"data_offsets\":[7,7]},"
+                         "\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[9,13]},"
+                         "\"i\":{\"dtype\":\"I32\",\"shape\":[1,1],\"data_offsets\":[16,20]}}  \n";
+    size_t size;
+    unsigned char *buf = make_file(strlen(header), header, 20, &size);
+    size_t data_start = 8 + strlen(header);
+    CHECK(data_start % 4 != 0, "test setup: data section should be misaligned (%zu)", data_start);
+    float s_expect;
+    uint16_t h_expect[2];
+    int32_t i_expect;
+    memcpy(&s_expect, buf + data_start + 1, 4);
+    memcpy(h_expect, buf + data_start + 9, 4);
+    memcpy(&i_expect, buf + data_start + 16, 4);
+    f = NULL;
+    CHECK_OK(bfp8_safetensors_parse(buf, size, &f));
+    free(buf); /* parse copies */
+    if (f) {
+        CHECK(bfp8_safetensors_count(f) == 4, "count %zu", bfp8_safetensors_count(f));
+        const char *order[] = {"s", "z", "h", "i"};
+        for (size_t k = 0; k < 4; k++) {
+            const bfp8_tensor *t = bfp8_safetensors_at(f, k);
+            CHECK(t && strcmp(t->name, order[k]) == 0, "order %zu: %s", k, t ? t->name : "(null)");
+            CHECK(t && t->data != NULL && (uintptr_t)t->data % bfp8_dtype_size(t->dtype) == 0,
+                  "tensor %zu misaligned", k);
+        }
+        const bfp8_tensor *s = bfp8_safetensors_find(f, "s"), *z = bfp8_safetensors_find(f, "z");
+        const bfp8_tensor *h = bfp8_safetensors_find(f, "h"), *i = bfp8_safetensors_find(f, "i");
+        CHECK(s && s->ndim == 0 && s->nbytes == 4 && memcmp(s->data, &s_expect, 4) == 0, "scalar");
+        CHECK(z && z->ndim == 2 && z->shape[0] == 3 && z->shape[1] == 0 && z->nbytes == 0, "zero-element");
+        CHECK(h && h->dtype == BFP8_DTYPE_F16 && ((const uint16_t *)h->data)[0] == h_expect[0] &&
+                  ((const uint16_t *)h->data)[1] == h_expect[1],
+              "f16 data");
+        CHECK(i && i->dtype == BFP8_DTYPE_I32 && ((const int32_t *)i->data)[0] == i_expect, "i32 data");
+        CHECK(bfp8_safetensors_find(f, "__metadata__") == NULL && bfp8_safetensors_find(f, "x") == NULL &&
+                  bfp8_safetensors_find(f, NULL) == NULL,
+              "find of absent names");
+    }
+    bfp8_safetensors_close(f);
+}
+
+static void fill_random(void *data, size_t nbytes) {
+    unsigned char *p = data;
+    for (size_t i = 0; i < nbytes; i++) p[i] = (unsigned char)(test_rand_u64() >> 56);
+}
+
+static bool tensors_equal(const bfp8_tensor *a, const bfp8_tensor *b) {
+    if (strcmp(a->name, b->name) != 0 || a->dtype != b->dtype || a->ndim != b->ndim || a->nbytes != b->nbytes)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return a->nbytes == 0 || memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
+/* Writes `tensors`, checks the layout independently (header length, padding, data order), reads back. */
+static void check_round_trip(const char *label, const bfp8_tensor *tensors, size_t count) {
+    char path[256];
+    path_in_tmp(path, sizeof path, "round_trip.safetensors");
+    CHECK_OK(bfp8_safetensors_write(path, tensors, count));
+    CHECK(dir_entries(tmp_dir) == 1, "%s: %d entries in the temp dir (a stray temp file?)", label,
+          dir_entries(tmp_dir));
+
+    size_t size = 0;
+    unsigned char *bytes = read_bytes(path, &size);
+    size_t data_total = 0;
+    for (size_t i = 0; i < count; i++) data_total += tensors[i].nbytes;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | (bytes && size >= 8 ? bytes[i] : 0);
+    CHECK(bytes && size >= 8 && hlen % 8 == 0 && size == 8 + hlen + data_total, "%s: size %zu, header %llu", label,
+          size, (unsigned long long)hlen);
+    if (bytes && size == 8 + hlen + data_total) {
+        CHECK(bytes[8] == '{', "%s: header starts with '%c'", label, bytes[8]);
+        size_t off = 8 + hlen;
+        for (size_t i = 0; i < count; i++) {
+            CHECK(tensors[i].nbytes == 0 || memcmp(bytes + off, tensors[i].data, tensors[i].nbytes) == 0,
+                  "%s: data of '%s' not at offset %zu", label, tensors[i].name, off);
+            off += tensors[i].nbytes;
+        }
+    }
+    free(bytes);
+
+    bfp8_safetensors *f = NULL;
+    CHECK_OK(bfp8_safetensors_open(path, &f));
+    if (f) {
+        CHECK(bfp8_safetensors_count(f) == count, "%s: count %zu != %zu", label, bfp8_safetensors_count(f), count);
+        for (size_t i = 0; i < count && i < bfp8_safetensors_count(f); i++) {
+            const bfp8_tensor *t = bfp8_safetensors_at(f, i);
+            CHECK(tensors_equal(t, &tensors[i]), "%s: tensor %zu ('%s') differs", label, i, tensors[i].name);
+            CHECK(bfp8_safetensors_find(f, tensors[i].name) == t, "%s: find('%s')", label, tensors[i].name);
+            CHECK((uintptr_t)t->data % bfp8_dtype_size(t->dtype) == 0, "%s: '%s' misaligned", label, t->name);
+        }
+    }
+    bfp8_safetensors_close(f);
+    remove(path);
+}
+
+static void test_round_trip_dtypes(void) {
+    const bfp8_dtype dtypes[] = {BFP8_DTYPE_E4M3, BFP8_DTYPE_BF16, BFP8_DTYPE_F16, BFP8_DTYPE_F32, BFP8_DTYPE_I32};
+    enum { N = 5 };
+    /* An E4M3 tensor of odd byte count first, so later tensors start at offsets that are not multiples of 4 unless
+     * the writer's offsets are honoured exactly; every dtype twice with different ranks. */
+    bfp8_tensor t[2 * N + 2];
+    void *bufs[2 * N + 2] = {0};
+    char names[2 * N + 2][32];
+    size_t count = 0;
+    for (int rep = 0; rep < 2; rep++)
+        for (int d = 0; d < N; d++) {
+            bfp8_tensor *x = &t[count];
+            memset(x, 0, sizeof *x);
+            snprintf(names[count], sizeof names[count], "model.layers.%d.%s", rep, bfp8_dtype_name(dtypes[d]));
+            x->name = names[count];
+            x->dtype = dtypes[d];
+            x->ndim = rep == 0 ? 1 : 3;
+            int64_t elems = 1;
+            for (int k = 0; k < x->ndim; k++) {
+                x->shape[k] = 1 + (int64_t)(test_rand_u64() % 37);
+                elems *= x->shape[k];
+            }
+            x->nbytes = (size_t)elems * bfp8_dtype_size(x->dtype);
+            bufs[count] = malloc(x->nbytes);
+            fill_random(bufs[count], x->nbytes);
+            x->data = bufs[count];
+            count++;
+        }
+    /* A scalar and an empty tensor (NULL data is fine when there are no bytes). */
+    float scalar = test_randn(3.0f);
+    t[count] = (bfp8_tensor){.name = "scalar", .dtype = BFP8_DTYPE_F32, .ndim = 0, .data = &scalar, .nbytes = 4};
+    count++;
+    t[count] = (bfp8_tensor){.name = "empty", .dtype = BFP8_DTYPE_BF16, .ndim = 2, .shape = {4, 0}, .data = NULL};
+    count++;
+    check_round_trip("all dtypes", t, count);
+    check_round_trip("no tensors", NULL, 0);
+    for (size_t i = 0; i < count; i++) free(bufs[i]);
+}
+
+static void test_deepseek_pair(void) {
+    enum { N = 200, K = 300 };
+    uint8_t *w = malloc((size_t)N * K);
+    float scales[2 * 3];
+    for (size_t i = 0; i < (size_t)N * K; i++) w[i] = bfp8_e4m3_from_f32(test_randn(100.0f));
+    for (int i = 0; i < 6; i++) scales[i] = fabsf(test_randn(1e-3f)) + 1e-5f;
+    bfp8_tensor t[2] = {
+        {.name = "layer.weight", .dtype = BFP8_DTYPE_E4M3, .ndim = 2, .shape = {N, K}, .data = w, .nbytes = N * K},
+        {.name = "layer.weight_scale_inv", .dtype = BFP8_DTYPE_F32, .ndim = 2, .shape = {2, 3}, .data = scales,
+         .nbytes = sizeof scales},
+    };
+    check_round_trip("deepseek pair", t, 2);
+
+    /* Overwriting an existing file replaces it whole. */
+    char path[256];
+    path_in_tmp(path, sizeof path, "pair.safetensors");
+    CHECK_OK(bfp8_safetensors_write(path, t, 2));
+    CHECK_OK(bfp8_safetensors_write(path, &t[1], 1));
+    bfp8_safetensors *f = NULL;
+    CHECK_OK(bfp8_safetensors_open(path, &f));
+    if (f) {
+        CHECK(bfp8_safetensors_count(f) == 1 && bfp8_safetensors_find(f, "layer.weight") == NULL, "overwrite");
+        const bfp8_tensor *s = bfp8_safetensors_find(f, "layer.weight_scale_inv");
+        CHECK(s && s->shape[0] == 2 && s->shape[1] == 3 && memcmp(s->data, scales, sizeof scales) == 0, "scales");
+    }
+    bfp8_safetensors_close(f);
+    remove(path);
+    free(w);
+}
+
+static void test_io_errors(void) {
+    char path[256];
+    bfp8_safetensors *f = (bfp8_safetensors *)&f;
+    path_in_tmp(path, sizeof path, "missing.safetensors");
+    CHECK_STATUS(bfp8_safetensors_open(path, &f), BFP8_ERR_IO);
+    CHECK(f == NULL && strstr(bfp8_last_error(), path) && strstr(bfp8_last_error(), "No such file"), "msg: %s",
+          bfp8_last_error());
+    CHECK_STATUS(bfp8_safetensors_open(tmp_dir, &f), BFP8_ERR_IO); /* a directory */
+
+    float v = 1.5f;
+    bfp8_tensor t = {.name = "v", .dtype = BFP8_DTYPE_F32, .ndim = 1, .shape = {1}, .data = &v, .nbytes = 4};
+    path_in_tmp(path, sizeof path, "no_such_dir/out.safetensors");
+    CHECK_STATUS(bfp8_safetensors_write(path, &t, 1), BFP8_ERR_IO);
+    CHECK(strstr(bfp8_last_error(), "no_such_dir") != NULL, "msg: %s", bfp8_last_error());
+    CHECK(dir_entries(tmp_dir) == 0, "write into a missing dir left %d entries", dir_entries(tmp_dir));
+
+    /* The destination is a directory: the temp file is written, rename fails, the temp file is removed. */
+    path_in_tmp(path, sizeof path, "a_dir");
+    CHECK(mkdir(path, 0700) == 0, "mkdir");
+    CHECK_STATUS(bfp8_safetensors_write(path, &t, 1), BFP8_ERR_IO);
+    CHECK(strstr(bfp8_last_error(), "rename") != NULL, "msg: %s", bfp8_last_error());
+    CHECK(dir_entries(tmp_dir) == 1 && dir_entries(path) == 0, "rename failure left a temp file (%d entries)",
+          dir_entries(tmp_dir));
+    rmdir(path);
+}
+
+static void test_arguments(void) {
+    bfp8_safetensors *f = NULL;
+    unsigned char bytes[16] = {0};
+    CHECK_STATUS(bfp8_safetensors_open(NULL, &f), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_safetensors_open("x", NULL), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_safetensors_parse(NULL, 16, &f), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_safetensors_parse(bytes, sizeof bytes, NULL), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK(bfp8_safetensors_count(NULL) == 0 && bfp8_safetensors_at(NULL, 0) == NULL &&
+              bfp8_safetensors_find(NULL, "a") == NULL,
+          "NULL file accessors");
+    bfp8_safetensors_close(NULL);
+
+    char path[256];
+    path_in_tmp(path, sizeof path, "args.safetensors");
+    float v[2] = {1, 2};
+    const bfp8_tensor good = {.name = "a", .dtype = BFP8_DTYPE_F32, .ndim = 1, .shape = {2}, .data = v, .nbytes = 8};
+    CHECK_STATUS(bfp8_safetensors_write(NULL, &good, 1), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_safetensors_write("", &good, 1), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_safetensors_write(path, NULL, 1), BFP8_ERR_INVALID_ARGUMENT);
+
+    char long_name[1100];
+    memset(long_name, 'x', 1025);
+    long_name[1025] = '\0';
+    struct {
+        const char *label;
+        bfp8_tensor t[2];
+        size_t count;
+    } bad[] = {
+        {"NULL name", {good}, 1},
+        {"empty name", {good}, 1},
+        {"1025-byte name", {good}, 1},
+        {"invalid UTF-8 name", {good}, 1},
+        {"reserved name", {good}, 1},
+        {"unknown dtype", {good}, 1},
+        {"negative dtype", {good}, 1},
+        {"9 dims", {good}, 1},
+        {"negative ndim", {good}, 1},
+        {"negative dim", {good}, 1},
+        {"nbytes mismatch", {good}, 1},
+        {"NULL data", {good}, 1},
+        {"duplicate names", {good, good}, 2},
+        {"dim overflow", {good}, 1},
+    };
+    bad[0].t[0].name = NULL;
+    bad[1].t[0].name = "";
+    bad[2].t[0].name = long_name;
+    bad[3].t[0].name = "a\xff";
+    bad[4].t[0].name = "__metadata__";
+    bad[5].t[0].dtype = BFP8_DTYPE_COUNT;
+    bad[6].t[0].dtype = (bfp8_dtype)-1;
+    bad[7].t[0].ndim = 9;
+    bad[8].t[0].ndim = -1;
+    bad[9].t[0].shape[0] = -2;
+    bad[10].t[0].nbytes = 4;
+    bad[11].t[0].data = NULL;
+    bad[13].t[0].ndim = 2;
+    bad[13].t[0].shape[0] = bad[13].t[0].shape[1] = (int64_t)1 << 40;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bfp8_status st = bfp8_safetensors_write(path, bad[i].t, bad[i].count);
+        CHECK(st == BFP8_ERR_INVALID_ARGUMENT && bfp8_last_error()[0], "%s: %s '%s'", bad[i].label,
+              bfp8_status_name(st), bfp8_last_error());
+    }
+    CHECK(dir_entries(tmp_dir) == 0, "rejected writes left %d files", dir_entries(tmp_dir));
+}
+
+int main(void) {
+    test_seed();
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/bfp8_test_st_XXXXXX");
+    if (!mkdtemp(tmp_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_malformed_prefix();
+    test_malformed_json();
+    test_malformed_entries();
+    test_malformed_shapes();
+    test_malformed_offsets();
+    test_malformed_names();
+    test_valid_corners();
+    test_round_trip_dtypes();
+    test_deepseek_pair();
+    test_io_errors();
+    test_arguments();
+    remove_tmp_dir();
+    return TEST_SUMMARY("safetensors");
+}

@@ -1,0 +1,541 @@
+/* `blockfp8 bench`: times GEMM backends on the DeepSeek-R1 shapes (or given ones) against a baseline measured in
+ * the same run. Every number comes from the named backend: the dispatcher runs with the strict policy, so a
+ * backend that cannot run a cell reports "n/a" instead of silently timing another one.
+ * `bench --model ...` is the whole-model benchmark of tools/bench_model.c. */
+#include "cli.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef BFP8_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+static const char USAGE[] =
+    "usage: blockfp8 bench [--device cpu|cuda] [--backend NAME|all] [--shapes dsr1|NxK,...] [--m LIST]\n"
+    "                      [--out-dtype bf16|fp16|fp32] [--scale-format fp32|ue8m0] [--baseline NAME]\n"
+    "                      [--json FILE] [--iters N] [--warmup N] [--threads N] [--seed S]\n"
+    "       blockfp8 bench --model dsr1 ...   (the whole-model benchmark: blockfp8 bench --model dsr1 --help)\n"
+    "\n"
+    "Times y = x @ W^T on random block-quantized operands: the median of --iters runs per cell after --warmup\n"
+    "untimed runs. Each backend runs through the dispatcher with the strict policy, so a cell it cannot run is\n"
+    "reported as n/a with the reason, never timed on another backend.\n"
+    "\n"
+    "  --device D        cpu (default) or cuda (device memory, CUDA events, L2 flushed between runs)\n"
+    "  --backend NAME    a backend, or all: every backend of the device except the scalar reference `ref`\n"
+    "                    (default: cpu on the cpu, all on cuda)\n"
+    "  --shapes S        dsr1 (the eight DeepSeek-R1 layers of BENCHMARKS.md, default) or N x K pairs: 2112x7168,...\n"
+    "  --m LIST          token counts (default 1,16,128,512 on cpu; 1,16,64,128,512,4096 on cuda)\n"
+    "  --out-dtype T     bf16 (default), fp16 or fp32\n"
+    "  --scale-format F  fp32 (default) or ue8m0\n"
+    "  --baseline NAME   openblas (cpu: cblas_sgemm on the dequantized fp32 weight, same thread count) or\n"
+    "                    cublaslt (cuda); ratio = baseline time / backend time, so above 1 is faster\n"
+    "  --json FILE       records {backend, m, n, k, out_dtype, median_us, tflops, gbs[, baseline_ratio]}\n"
+    "  --iters N         timed runs per cell (default 5 on cpu, 50 on cuda)\n"
+    "  --warmup N        untimed runs first (default 1 on cpu, 5 on cuda)\n"
+    "  --threads N       CPU threads (default: BFP8_NUM_THREADS or every core)\n"
+    "  --seed S          random data seed (default: fresh)\n";
+
+#define MAX_SHAPES 32
+#define MAX_MS 32
+#define MAX_BACKENDS 16
+
+static const int64_t dsr1_shapes[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
+                                         {36864, 7168}, {7168, 18432}, {4096, 7168}, {7168, 2048}};
+
+typedef struct bench_opts {
+    bfp8_device device;
+    const char *backend, *baseline, *json_path;
+    int64_t shapes[MAX_SHAPES][2];
+    int nshapes;
+    int64_t ms[MAX_MS];
+    int nms;
+    bfp8_dtype out_dtype;
+    bfp8_scale_format format;
+    int64_t iters, warmup, threads, seed;
+} bench_opts;
+
+/* One timed thing: a backend through the strict dispatcher, or the OpenBLAS baseline. */
+typedef struct bench_call {
+    bfp8_dispatcher *d;
+    const bfp8_gemm_args *args;
+    /* OpenBLAS baseline */
+    const float *a_f32, *w_f32;
+    float *c_f32;
+    int64_t m, n, k;
+} bench_call;
+
+static bfp8_status call_gemm(void *ctx) {
+    const bench_call *c = ctx;
+    return bfp8_gemm(c->d, c->args);
+}
+
+#ifdef BFP8_HAVE_OPENBLAS
+/* OpenBLAS's worker threads spin (sched_yield) for a while after each call; let them go idle before timing
+ * anything else on the same two cores. */
+static void openblas_settle(void) { nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 300000000}, NULL); }
+
+static bfp8_status call_openblas(void *ctx) {
+    const bench_call *c = ctx;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c->m, (int)c->n, (int)c->k, 1.0f, c->a_f32,
+                (int)c->k, c->w_f32, (int)c->k, 0.0f, c->c_f32, (int)c->n);
+    return BFP8_OK;
+}
+#endif
+
+/* Median microseconds of fn over opts->iters runs (host wall clock, or CUDA events with the L2 flushed). */
+static bfp8_status time_median(const bench_opts *o, bfp8_status (*fn)(void *), void *ctx, double *median_us) {
+    double *t = malloc(sizeof(double) * (size_t)o->iters);
+    if (!t) return BFP8_ERR_OUT_OF_MEMORY;
+    bfp8_status st = BFP8_OK;
+    if (o->device == BFP8_DEVICE_CUDA) {
+        st = bfp8_cuda_time(fn, ctx, (int)o->warmup, (int)o->iters, true, NULL, t);
+    } else {
+        for (int64_t i = 0; i < o->warmup && st == BFP8_OK; i++) st = fn(ctx);
+        for (int64_t i = 0; i < o->iters && st == BFP8_OK; i++) {
+            double t0 = cli_now();
+            st = fn(ctx);
+            t[i] = (cli_now() - t0) * 1e6;
+        }
+    }
+    if (st == BFP8_OK) *median_us = cli_median(t, (int)o->iters);
+    free(t);
+    return st;
+}
+
+/* The first layout of `offered` that suits the scale format (packed UE8M0 only for UE8M0 scales). */
+static bfp8_scale_layout pick_layout(uint32_t offered, bfp8_scale_format format) {
+    for (int l = 0; l < BFP8_LAYOUT_COUNT; l++) {
+        if (!(offered & BFP8_BIT(l))) continue;
+        if (l == BFP8_LAYOUT_PACKED_UE8M0 && format != BFP8_SCALE_UE8M0) continue;
+        return (bfp8_scale_layout)l;
+    }
+    return BFP8_LAYOUT_ROW_MAJOR;
+}
+
+/* Host scales in row-major -> a copy in `layout` (host), malloc'ed into *data. */
+static bfp8_status scales_in_layout(const bfp8_scales *src, bfp8_scale_layout layout, bfp8_scales *dst,
+                                    void **data) {
+    size_t bytes = bfp8_scales_bytes(layout, src->rows, src->kblocks);
+    *data = malloc(bytes ? bytes : 1);
+    if (!*data) return BFP8_ERR_OUT_OF_MEMORY;
+    bfp8_status st = bfp8_scales_init(dst, src->format, layout, src->rows, src->kblocks, *data);
+    return st == BFP8_OK ? bfp8_scales_convert(src, dst) : st;
+}
+
+typedef struct json_out {
+    FILE *f;
+    int records;
+} json_out;
+
+static void json_record(json_out *j, const char *backend, int64_t m, int64_t n, int64_t k, bfp8_dtype dt,
+                        double us, double flops, double bytes, double ratio, const char *extra) {
+    if (!j->f) return;
+    fprintf(j->f, "%s\n  {\"backend\": \"%s\", \"m\": %" PRId64 ", \"n\": %" PRId64 ", \"k\": %" PRId64
+                  ", \"out_dtype\": \"%s\", \"median_us\": %.3f, \"tflops\": %.6f, \"gbs\": %.3f",
+            j->records ? "," : "", backend, m, n, k, bfp8_dtype_name(dt), us, flops / us * 1e-6, bytes / us * 1e-3);
+    if (ratio > 0) fprintf(j->f, ", \"baseline_ratio\": %.4f", ratio);
+    if (extra) fprintf(j->f, ", %s", extra);
+    fputc('}', j->f);
+    j->records++;
+}
+
+static int parse_shapes(const char *s, bench_opts *o) {
+    if (strcmp(s, "dsr1") == 0) {
+        o->nshapes = (int)(sizeof dsr1_shapes / sizeof dsr1_shapes[0]);
+        memcpy(o->shapes, dsr1_shapes, sizeof dsr1_shapes);
+        return CLI_OK;
+    }
+    o->nshapes = 0;
+    char *copy = strdup(s), *save = NULL;
+    if (!copy) return cli_error(CLI_FAIL, "bench", "out of memory");
+    int rc = CLI_OK;
+    for (char *tok = strtok_r(copy, ",", &save); tok && rc == CLI_OK; tok = strtok_r(NULL, ",", &save)) {
+        char *x = strchr(tok, 'x');
+        if (!x) x = strchr(tok, 'X');
+        int64_t n = 0, k = 0;
+        if (x) *x = '\0';
+        if (!x || !cli_parse_i64(tok, 1, CLI_MAX_DIM, &n) || !cli_parse_i64(x + 1, 1, CLI_MAX_DIM, &k) ||
+            o->nshapes == MAX_SHAPES)
+            rc = cli_usage_error("bench", USAGE, "--shapes: '%s' is not dsr1 or a list of up to %d NxK pairs", s,
+                                 MAX_SHAPES);
+        else
+            o->shapes[o->nshapes][0] = n, o->shapes[o->nshapes][1] = k, o->nshapes++;
+    }
+    free(copy);
+    if (rc == CLI_OK && o->nshapes == 0) rc = cli_usage_error("bench", USAGE, "--shapes: empty list");
+    return rc;
+}
+
+/* Host and (for cuda) device copies of one cell's operands. */
+typedef struct cell_data {
+    uint8_t *qa;
+    float *sa;
+    void *y;
+    float *a_f32, *c_f32; /* baseline operands */
+} cell_data;
+
+static void *dev_copy(const void *host, size_t bytes, bfp8_status *st) {
+    void *p = NULL;
+    if (*st != BFP8_OK) return NULL;
+    *st = bfp8_cuda_malloc(&p, bytes ? bytes : 1);
+    if (*st == BFP8_OK && host) *st = bfp8_cuda_upload(p, host, bytes);
+    return p;
+}
+
+typedef struct bench_state {
+    const bench_opts *o;
+    bfp8_dispatcher *d;
+    const bfp8_backend *backends[MAX_BACKENDS];
+    int nbackends;
+    bool first_is_baseline; /* backends[0] is the baseline (cublaslt) */
+    json_out json;
+    int cells, cells_total;
+} bench_state;
+
+static double frobenius_diff(const void *y, bfp8_dtype dt, const float *ref, int64_t count) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < count; i++) {
+        float v = dt == BFP8_DTYPE_BF16  ? bfp8_bf16_to_f32(((const uint16_t *)y)[i])
+                  : dt == BFP8_DTYPE_F16 ? bfp8_f16_to_f32(((const uint16_t *)y)[i])
+                                         : ((const float *)y)[i];
+        num += ((double)v - ref[i]) * ((double)v - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Runs every backend (and the baseline) on one shape for every M. */
+static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
+    const bench_opts *o = s->o;
+    const char *cmd = "bench";
+    int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
+    int rc = CLI_OK;
+    bfp8_status st = BFP8_OK;
+    size_t nk = (size_t)n * (size_t)k, ysz = bfp8_dtype_size(o->out_dtype);
+    float *w = malloc(sizeof(float) * nk), *w_deq = NULL;
+    uint8_t *qb = malloc(nk ? nk : 1);
+    float *sb = malloc(sizeof(float) * (size_t)(nb * kb));
+    if (!w || !qb || !sb) {
+        rc = cli_error(CLI_FAIL, cmd, "out of memory for a %" PRId64 "x%" PRId64 " weight", n, k);
+        goto out;
+    }
+    fprintf(stderr, "bench: quantizing a random %" PRId64 "x%" PRId64 " weight...\n", n, k);
+    cli_fill_normal(rng, w, BFP8_DTYPE_F32, (int64_t)nk, 0.02f);
+    bfp8_scales sb_desc;
+    bfp8_scales_init(&sb_desc, o->format, BFP8_LAYOUT_ROW_MAJOR, nb, kb, sb);
+    if ((st = bfp8_quantize_weight(w, BFP8_DTYPE_F32, n, k, qb, &sb_desc, NULL)) != BFP8_OK) {
+        rc = cli_lib_error(cmd, "bfp8_quantize_weight", st);
+        goto out;
+    }
+    if (o->baseline && o->device == BFP8_DEVICE_CPU) { /* the baseline's fp32 weight: the same values */
+        w_deq = w, w = NULL;
+        if ((st = bfp8_dequantize(qb, n, k, &sb_desc, 128, w_deq)) != BFP8_OK) {
+            rc = cli_lib_error(cmd, "bfp8_dequantize", st);
+            goto out;
+        }
+    }
+    free(w), w = NULL;
+
+    for (int mi = 0; mi < o->nms && rc == CLI_OK; mi++) {
+        int64_t m = o->ms[mi];
+        size_t mk = (size_t)m * (size_t)k, mn = (size_t)m * (size_t)n;
+        float *x = malloc(sizeof(float) * (mk ? mk : 1)), *sa = malloc(sizeof(float) * (size_t)(m * kb + 1));
+        uint8_t *qa = malloc(mk ? mk : 1);
+        void *y = malloc(ysz * (mn ? mn : 1));
+        float *a_f32 = NULL, *c_f32 = NULL;
+        if (!x || !sa || !qa || !y) {
+            rc = cli_error(CLI_FAIL, cmd, "out of memory for M=%" PRId64, m);
+            goto next_m;
+        }
+        cli_fill_normal(rng, x, BFP8_DTYPE_F32, (int64_t)mk, 1.0f);
+        bfp8_scales sa_desc;
+        bfp8_scales_init(&sa_desc, o->format, BFP8_LAYOUT_ROW_MAJOR, m, kb, sa);
+        if ((st = bfp8_quantize_act(x, BFP8_DTYPE_F32, m, k, qa, &sa_desc, NULL)) != BFP8_OK) {
+            rc = cli_lib_error(cmd, "bfp8_quantize_act", st);
+            goto next_m;
+        }
+        double flops = 2.0 * (double)m * (double)n * (double)k;
+        double bk_us[MAX_BACKENDS] = {0};
+        bool bk_ran[MAX_BACKENDS] = {false};
+        bench_call base_call = {0};
+#ifdef BFP8_HAVE_OPENBLAS
+        /* The baseline's output once, untimed: the guard below compares every backend with it. */
+        if (o->baseline && o->device == BFP8_DEVICE_CPU) {
+            a_f32 = x, x = NULL;
+            c_f32 = malloc(sizeof(float) * (mn ? mn : 1));
+            if (!c_f32) {
+                rc = cli_error(CLI_FAIL, cmd, "out of memory for the baseline output");
+                goto next_m;
+            }
+            if ((st = bfp8_dequantize(qa, m, k, &sa_desc, 1, a_f32)) != BFP8_OK) {
+                rc = cli_lib_error(cmd, "bfp8_dequantize", st);
+                goto next_m;
+            }
+            base_call = (bench_call){.a_f32 = a_f32, .w_f32 = w_deq, .c_f32 = c_f32, .m = m, .n = n, .k = k};
+            call_openblas(&base_call);
+            openblas_settle();
+        }
+#endif
+        for (int bi = 0; bi < s->nbackends && rc == CLI_OK; bi++) {
+            const bfp8_backend *be = s->backends[bi];
+            bfp8_scale_layout la = pick_layout(be->caps.a_layouts, o->format);
+            bfp8_scale_layout lb = pick_layout(be->caps.b_layouts, o->format);
+            bfp8_scales sa_l = {0}, sb_l = {0};
+            void *sa_data = NULL, *sb_data = NULL, *dev[5] = {0};
+            bfp8_gemm_args g = {.m = m, .n = n, .k = k, .a = qa, .b = qb, .y = y, .y_dtype = o->out_dtype,
+                                .device = o->device};
+            if ((st = scales_in_layout(&sa_desc, la, &sa_l, &sa_data)) != BFP8_OK ||
+                (st = scales_in_layout(&sb_desc, lb, &sb_l, &sb_data)) != BFP8_OK) {
+                rc = cli_lib_error(cmd, "scale layout", st);
+                goto next_backend;
+            }
+            g.a_scales = sa_l, g.b_scales = sb_l;
+            if (o->device == BFP8_DEVICE_CUDA) {
+                dev[0] = dev_copy(qa, mk, &st);
+                dev[1] = dev_copy(qb, nk, &st);
+                dev[2] = dev_copy(sa_data, bfp8_scales_bytes(la, m, kb), &st);
+                dev[3] = dev_copy(sb_data, bfp8_scales_bytes(lb, nb, kb), &st);
+                dev[4] = dev_copy(NULL, ysz * mn, &st);
+                if (st != BFP8_OK) {
+                    rc = cli_lib_error(cmd, "device buffers", st);
+                    goto next_backend;
+                }
+                g.a = dev[0], g.b = dev[1], g.a_scales.data = dev[2], g.b_scales.data = dev[3], g.y = dev[4];
+            }
+            if ((st = bfp8_dispatcher_set_policy(s->d, BFP8_POLICY_STRICT, be->name)) != BFP8_OK) {
+                rc = cli_lib_error(cmd, "policy", st);
+                goto next_backend;
+            }
+            fprintf(stderr, "bench: [%d/%d] %s M=%" PRId64 " N=%" PRId64 " K=%" PRId64 "\n", s->cells + 1,
+                    s->cells_total, be->name, m, n, k);
+            bench_call bc = {.d = s->d, .args = &g};
+            st = time_median(o, call_gemm, &bc, &bk_us[bi]);
+            if (st == BFP8_ERR_UNSUPPORTED) { /* strict: this backend cannot run this cell; say why, go on */
+                printf("%-10s %6" PRId64 " %6" PRId64 " %6" PRId64 " %10s   n/a: %s\n", be->name, m, n, k, "n/a",
+                       bfp8_last_error());
+                goto next_backend;
+            }
+            if (st != BFP8_OK) {
+                rc = cli_lib_error(cmd, be->name, st);
+                goto next_backend;
+            }
+            bk_ran[bi] = true;
+            /* A guard, not the accuracy test (`blockfp8 check` is): the same operands as the baseline. */
+            if (c_f32 && mn > 0) {
+                double e = frobenius_diff(y, o->out_dtype, c_f32, (int64_t)mn);
+                if (!(e <= 1e-2))
+                    fprintf(stderr, "bench: warning: %s differs from the baseline by %.3g (relative)\n", be->name, e);
+            }
+        next_backend:
+            for (int i = 0; i < 5; i++)
+                if (dev[i]) bfp8_cuda_free(dev[i]);
+            free(sa_data);
+            free(sb_data);
+        }
+        if (rc != CLI_OK) goto next_m;
+        double base_us = s->first_is_baseline && bk_ran[0] ? bk_us[0] : 0;
+#ifdef BFP8_HAVE_OPENBLAS
+        /* The baseline is timed after the backends: OpenBLAS's workers keep spinning for a while after a call
+         * and would steal the cores from whatever runs next. */
+        if (c_f32) {
+            fprintf(stderr, "bench: [%d/%d] openblas M=%" PRId64 " N=%" PRId64 " K=%" PRId64 "\n", s->cells + 1,
+                    s->cells_total, m, n, k);
+            if ((st = time_median(o, call_openblas, &base_call, &base_us)) != BFP8_OK) {
+                rc = cli_lib_error(cmd, "openblas", st);
+                goto next_m;
+            }
+            openblas_settle();
+            double bytes = 4.0 * ((double)n * k + (double)m * k + (double)m * n);
+            printf("%-10s %6" PRId64 " %6" PRId64 " %6" PRId64 " %10.1f %9.3f %9.1f %9s\n", "openblas", m, n, k,
+                   base_us, flops / base_us * 1e-6, bytes / base_us * 1e-3, "1.00x");
+            char extra[96];
+            snprintf(extra, sizeof extra, "\"threads\": %d, \"openblas_core\": \"%s\"", bfp8_get_num_threads(),
+                     openblas_get_corename());
+            json_record(&s->json, "openblas", m, n, k, BFP8_DTYPE_F32, base_us, flops, bytes, 0, extra);
+        }
+#endif
+        for (int bi = 0; bi < s->nbackends; bi++) {
+            if (!bk_ran[bi]) continue;
+            const bfp8_backend *be = s->backends[bi];
+            double us = bk_us[bi];
+            double bytes = (double)n * k + (double)m * k + (double)ysz * m * n;
+            double ratio = base_us > 0 ? base_us / us : 0;
+            char rbuf[32] = "-";
+            if (ratio > 0) snprintf(rbuf, sizeof rbuf, "%.2fx", ratio);
+            printf("%-10s %6" PRId64 " %6" PRId64 " %6" PRId64 " %10.1f %9.3f %9.1f %9s\n", be->name, m, n, k, us,
+                   flops / us * 1e-6, bytes / us * 1e-3, rbuf);
+            char extra[64];
+            snprintf(extra, sizeof extra, "\"threads\": %d", bfp8_get_num_threads());
+            json_record(&s->json, be->name, m, n, k, o->out_dtype, us, flops, bytes, ratio,
+                        o->device == BFP8_DEVICE_CPU ? extra : NULL);
+        }
+        s->cells++;
+    next_m:
+        free(x), free(sa), free(qa), free(y), free(a_f32), free(c_f32);
+        fflush(stdout);
+    }
+out:
+    free(w), free(w_deq), free(qb), free(sb);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench";
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--model") == 0 || strncmp(argv[i], "--model=", 8) == 0) return cmd_bench_model(argc, argv);
+    bench_opts o = {.device = BFP8_DEVICE_CPU, .out_dtype = BFP8_DTYPE_BF16, .format = BFP8_SCALE_FP32,
+                    .iters = -1, .warmup = -1, .threads = 0, .seed = 0};
+    const char *shapes = "dsr1", *ms = NULL;
+    int rc;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (cli_is_help(argv[i])) {
+            fputs(USAGE, stdout);
+            return CLI_OK;
+        } else if (cli_opt(argc, argv, &i, "--device", &v)) {
+            if (!v || bfp8_device_parse(v, &o.device) != BFP8_OK)
+                return cli_usage_error(cmd, USAGE, "--device: '%s' is not cpu or cuda", v ? v : "");
+        } else if (cli_opt(argc, argv, &i, "--backend", &v)) {
+            if (!v) return cli_usage_error(cmd, USAGE, "--backend needs a name or all");
+            o.backend = v;
+        } else if (cli_opt(argc, argv, &i, "--shapes", &v)) {
+            if (!v) return cli_usage_error(cmd, USAGE, "--shapes needs dsr1 or NxK,...");
+            shapes = v;
+        } else if (cli_opt(argc, argv, &i, "--m", &v)) {
+            if (!v) return cli_usage_error(cmd, USAGE, "--m needs a list");
+            ms = v;
+        } else if (cli_opt(argc, argv, &i, "--out-dtype", &v)) {
+            if (!v || !cli_parse_out_dtype(v, &o.out_dtype))
+                return cli_usage_error(cmd, USAGE, "--out-dtype: '%s' is not bf16, fp16 or fp32", v ? v : "");
+        } else if (cli_opt(argc, argv, &i, "--scale-format", &v)) {
+            if (!v || bfp8_scale_format_parse(v, &o.format) != BFP8_OK)
+                return cli_usage_error(cmd, USAGE, "--scale-format: '%s' is not fp32 or ue8m0", v ? v : "");
+        } else if (cli_opt(argc, argv, &i, "--baseline", &v)) {
+            if (!v) return cli_usage_error(cmd, USAGE, "--baseline needs a name");
+            o.baseline = v;
+        } else if (cli_opt(argc, argv, &i, "--json", &v)) {
+            if (!v) return cli_usage_error(cmd, USAGE, "--json needs a file name");
+            o.json_path = v;
+        } else if (cli_opt(argc, argv, &i, "--iters", &v)) {
+            if ((rc = cli_want_i64(cmd, USAGE, "--iters", v, 1, 100000, &o.iters)) != CLI_OK) return rc;
+        } else if (cli_opt(argc, argv, &i, "--warmup", &v)) {
+            if ((rc = cli_want_i64(cmd, USAGE, "--warmup", v, 0, 100000, &o.warmup)) != CLI_OK) return rc;
+        } else if (cli_opt(argc, argv, &i, "--threads", &v)) {
+            if ((rc = cli_want_i64(cmd, USAGE, "--threads", v, 1, 256, &o.threads)) != CLI_OK) return rc;
+        } else if (cli_opt(argc, argv, &i, "--seed", &v)) {
+            if ((rc = cli_want_i64(cmd, USAGE, "--seed", v, 0, INT64_MAX, &o.seed)) != CLI_OK) return rc;
+        } else {
+            return cli_usage_error(cmd, USAGE, "unknown option '%s'", argv[i]);
+        }
+    }
+    bool cuda = o.device == BFP8_DEVICE_CUDA;
+    if (o.iters < 0) o.iters = cuda ? 50 : 5;
+    if (o.warmup < 0) o.warmup = cuda ? 5 : 1;
+    if (!o.backend) o.backend = cuda ? "all" : "cpu";
+    if ((rc = parse_shapes(shapes, &o)) != CLI_OK) return rc;
+    if (!ms) ms = cuda ? "1,16,64,128,512,4096" : "1,16,128,512";
+    if (!cli_parse_i64_list(ms, 0, CLI_MAX_DIM, o.ms, MAX_MS, &o.nms) || o.nms == 0)
+        return cli_usage_error(cmd, USAGE, "--m: '%s' is not a list of up to %d sizes", ms, MAX_MS);
+    if (o.threads > 0 && bfp8_set_num_threads((int)o.threads) != BFP8_OK)
+        return cli_lib_error(cmd, "--threads", BFP8_ERR_INVALID_ARGUMENT);
+
+    /* The baseline must exist in this binary and suit the device. */
+    if (o.baseline) {
+        if (strcmp(o.baseline, "openblas") == 0) {
+            if (cuda) return cli_usage_error(cmd, USAGE, "--baseline openblas is a CPU baseline (--device cpu)");
+#ifndef BFP8_HAVE_OPENBLAS
+            return cli_error(CLI_FAIL, cmd,
+                             "--baseline openblas: this blockfp8 was built without OpenBLAS (the Makefile finds it "
+                             "with pkg-config openblas; install libopenblas-dev and rebuild)");
+#endif
+        } else if (strcmp(o.baseline, "cublaslt") != 0) {
+            return cli_usage_error(cmd, USAGE, "--baseline: '%s' is not openblas or cublaslt", o.baseline);
+        } else if (!cuda) {
+            return cli_usage_error(cmd, USAGE, "--baseline cublaslt is a CUDA baseline (--device cuda)");
+        }
+    }
+    if (cuda) {
+        char why[256] = "";
+        if (!bfp8_cuda_available(why, sizeof why))
+            return cli_error(CLI_FAIL, cmd, "--device cuda: CUDA is not available here: %s", why);
+    }
+
+    bench_state s = {.o = &o};
+    bfp8_status st = bfp8_dispatcher_create_default(&s.d);
+    if (st != BFP8_OK) return cli_lib_error(cmd, "dispatcher", st);
+    /* The backends to time: the named one, or every one of the device except ref; cublaslt runs as the baseline. */
+    const char *base_backend = o.baseline && strcmp(o.baseline, "cublaslt") == 0 ? "cublaslt" : NULL;
+    if (base_backend) {
+        const bfp8_backend *b = bfp8_dispatcher_find(s.d, base_backend);
+        if (!b) {
+            bfp8_dispatcher_free(s.d);
+            return cli_error(CLI_FAIL, cmd, "--baseline cublaslt: no backend 'cublaslt' is registered here");
+        }
+        s.backends[s.nbackends++] = b;
+        s.first_is_baseline = true;
+    }
+    if (strcmp(o.backend, "all") == 0) {
+        for (size_t i = 0; i < bfp8_dispatcher_count(s.d) && s.nbackends < MAX_BACKENDS; i++) {
+            const bfp8_backend *b = bfp8_dispatcher_get(s.d, i);
+            if (b->caps.device != o.device || strcmp(b->name, "ref") == 0) continue;
+            if (base_backend && strcmp(b->name, base_backend) == 0) continue;
+            s.backends[s.nbackends++] = b;
+        }
+    } else {
+        const bfp8_backend *b = bfp8_dispatcher_find(s.d, o.backend);
+        if (!b) {
+            bfp8_dispatcher_free(s.d);
+            return cli_error(CLI_FAIL, cmd, "--backend: no backend named '%s' is available here", o.backend);
+        }
+        if (b->caps.device != o.device) {
+            bfp8_dispatcher_free(s.d);
+            return cli_usage_error(cmd, USAGE, "--backend %s runs on %s, not on --device %s", b->name,
+                                   bfp8_device_name(b->caps.device), bfp8_device_name(o.device));
+        }
+        if (!base_backend || strcmp(b->name, base_backend) != 0) s.backends[s.nbackends++] = b;
+    }
+    if (s.nbackends == (s.first_is_baseline ? 1 : 0)) {
+        bfp8_dispatcher_free(s.d);
+        return cli_error(CLI_FAIL, cmd, "no backend to time on %s", bfp8_device_name(o.device));
+    }
+    if (o.json_path) {
+        s.json.f = fopen(o.json_path, "w");
+        if (!s.json.f) {
+            bfp8_dispatcher_free(s.d);
+            return cli_error(CLI_FAIL, cmd, "--json: cannot write '%s'", o.json_path);
+        }
+        fputc('[', s.json.f);
+    }
+
+    uint64_t seed = o.seed ? (uint64_t)o.seed : cli_seed_fresh();
+    cli_rng rng;
+    cli_rng_init(&rng, seed);
+    s.cells_total = o.nshapes * o.nms;
+    printf("# blockfp8 bench: device %s, out %s, scales %s, %" PRId64 " warmup + %" PRId64
+           " timed runs (median), seed %" PRIu64 "\n",
+           bfp8_device_name(o.device), bfp8_dtype_name(o.out_dtype), bfp8_scale_format_name(o.format), o.warmup,
+           o.iters, seed);
+    if (!cuda) printf("# cpu threads: %d\n", bfp8_get_num_threads());
+#ifdef BFP8_HAVE_OPENBLAS
+    if (o.baseline && !cuda)
+        printf("# baseline openblas: cblas_sgemm on dequantized fp32 operands, core %s, %d threads\n",
+               openblas_get_corename(), bfp8_get_num_threads());
+    if (o.baseline && !cuda) openblas_set_num_threads(bfp8_get_num_threads());
+#endif
+    printf("%-10s %6s %6s %6s %10s %9s %9s %9s\n", "backend", "M", "N", "K", "median_us", "TFLOP/s", "GB/s",
+           "vs_base");
+    rc = CLI_OK;
+    for (int si = 0; si < o.nshapes && rc == CLI_OK; si++) rc = bench_shape(&s, o.shapes[si][0], o.shapes[si][1], &rng);
+    if (s.json.f) {
+        fputs("\n]\n", s.json.f);
+        if (fclose(s.json.f) != 0 && rc == CLI_OK)
+            rc = cli_error(CLI_FAIL, cmd, "--json: writing '%s' failed", o.json_path);
+    }
+    bfp8_dispatcher_free(s.d);
+    return rc;
+}
