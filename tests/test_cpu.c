@@ -31,6 +31,7 @@ typedef struct problem {
     bfp8_dtype bias_dtype;
     double *exact_q;    /* from the quantized operands, in double */
     double *exact_raw;  /* from the unquantized operands */
+    bool varied;        /* magnitudes vary by 2^8 across groups and blocks (stress for the scales) */
 } problem;
 
 static void problem_free(problem *p) {
@@ -40,17 +41,21 @@ static void problem_free(problem *p) {
 
 static void *xmalloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
 
-static void problem_make(problem *p, int64_t m, int64_t n, int64_t k, bfp8_scale_format format, int bias_kind) {
+/* Natural problems draw normal values (like DeepGEMM's tests); varied ones change the magnitude by up to 2^8 per
+ * activation group and weight block, so that a wrong scale index shows, at the price of a noisier calc_diff. */
+static void problem_make_ex(problem *p, int64_t m, int64_t n, int64_t k, bfp8_scale_format format, int bias_kind,
+                            bool varied) {
     memset(p, 0, sizeof *p);
-    p->m = m, p->n = n, p->k = k, p->kb = (k + 127) / 128, p->format = format;
+    p->m = m, p->n = n, p->k = k, p->kb = (k + 127) / 128, p->format = format, p->varied = varied;
     int64_t nb = (n + 127) / 128;
     float *x = xmalloc(sizeof(float) * (size_t)(m * k)), *w = xmalloc(sizeof(float) * (size_t)(n * k));
     /* Magnitudes that vary per activation group and per weight block, so the scales matter. */
     for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < k; j++) x[i * k + j] = test_randn(ldexpf(1.0f, (int)((i * 7 + j / 128 * 3) % 9) - 4));
+        for (int64_t j = 0; j < k; j++)
+            x[i * k + j] = test_randn(varied ? ldexpf(1.0f, (int)((i * 7 + j / 128 * 3) % 9) - 4) : 1.0f);
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < k; j++)
-            w[i * k + j] = test_randn(ldexpf(0.02f, (int)((i / 128 * 5 + j / 128) % 7) - 3));
+            w[i * k + j] = test_randn(varied ? ldexpf(0.02f, (int)((i / 128 * 5 + j / 128) % 7) - 3) : 0.02f);
     p->a = xmalloc((size_t)(m * k)), p->b = xmalloc((size_t)(n * k));
     p->sa = xmalloc(sizeof(float) * (size_t)(m * p->kb)), p->sb = xmalloc(sizeof(float) * (size_t)(nb * p->kb));
     bfp8_scales sa, sb;
@@ -89,6 +94,10 @@ static void problem_make(problem *p, int64_t m, int64_t n, int64_t k, bfp8_scale
             p->exact_raw[i * n + j] = traw + p->bias_f[j];
         }
     free(x), free(w);
+}
+
+static void problem_make(problem *p, int64_t m, int64_t n, int64_t k, bfp8_scale_format format, int bias_kind) {
+    problem_make_ex(p, m, n, k, format, bias_kind, true);
 }
 
 static bfp8_gemm_args problem_args(const problem *p, void *y, bfp8_dtype y_dtype) {
@@ -139,9 +148,10 @@ static double calc_diff(const void *y, bfp8_dtype dt, const double *ref, int64_t
 
 /* One problem through every ISA x path x thread count; all against the exact answer, ISAs and thread counts byte
  * for byte against each other, and the reference backend within tolerance. */
-static void check_case(int64_t m, int64_t n, int64_t k, bfp8_dtype dt, bfp8_scale_format format, int bias_kind) {
+static void check_case(int64_t m, int64_t n, int64_t k, bfp8_dtype dt, bfp8_scale_format format, int bias_kind,
+                       bool varied) {
     problem p;
-    problem_make(&p, m, n, k, format, bias_kind);
+    problem_make_ex(&p, m, n, k, format, bias_kind, varied);
     size_t bytes = (size_t)(m * n) * bfp8_dtype_size(dt) + 1;
     unsigned char *first = xmalloc(bytes), *y = xmalloc(bytes), *yref = xmalloc(bytes);
     char label[160];
@@ -150,6 +160,10 @@ static void check_case(int64_t m, int64_t n, int64_t k, bfp8_dtype dt, bfp8_scal
     bfp8_gemm_args g = problem_args(&p, yref, dt);
     memset(yref, 0xFF, bytes);
     CHECK_OK(bfp8_backend_ref.gemm(&bfp8_backend_ref, &g));
+    /* The output rounding alone costs the reference this much; on tiny outputs (one fp16 value near the subnormal
+     * range) it can pass the matrix tolerance by itself, so a backend may exceed the exact answer by tol + this. */
+    int64_t ref_nonfinite;
+    double ref_err = rel_err(yref, dt, p.exact_q, m * n, &ref_nonfinite);
     const char *isas[] = {"avx2", "portable"};
     for (int path = 1; path <= 2; path++) {
         bool have_first = false;
@@ -161,8 +175,8 @@ static void check_case(int64_t m, int64_t n, int64_t k, bfp8_dtype dt, bfp8_scal
                 double e = rel_err(y, dt, p.exact_q, m * n, &nonfinite);
                 CHECK(nonfinite == 0, "%s %s path %d threads %d: %lld outputs not finite (unwritten?)", label,
                       isas[ii], path, threads, (long long)nonfinite);
-                CHECK(e <= tolerance(dt), "%s %s path %d: rel error %.3g vs exact > %.3g", label, isas[ii], path, e,
-                      tolerance(dt));
+                CHECK(e <= tolerance(dt) + ref_err, "%s %s path %d: rel error %.3g vs exact > %.3g + %.3g (ref)",
+                      label, isas[ii], path, e, tolerance(dt), ref_err);
                 /* Against the reference backend's output (itself within one rounding of exact). */
                 double num = 0, den = 0;
                 for (int64_t i = 0; i < m * n; i++) {
@@ -171,7 +185,7 @@ static void check_case(int64_t m, int64_t n, int64_t k, bfp8_dtype dt, bfp8_scal
                 }
                 double eref = den > 0 ? sqrt(num / den) : sqrt(num);
                 CHECK(eref <= tolerance(dt), "%s %s path %d: rel error %.3g vs ref", label, isas[ii], path, eref);
-                if (k >= 128 && m * n >= 64) {
+                if (!varied && k >= 128 && m * n >= 64) {
                     double cd = calc_diff(y, dt, p.exact_raw, m * n);
                     CHECK(cd < 1e-3, "%s %s path %d: calc_diff %.3g vs unquantized", label, isas[ii], path, cd);
                 }
@@ -213,14 +227,15 @@ static void test_ragged_shapes(void) {
                 int64_t m = ms[im], n = ns[in], k = ks[ik];
                 if (n == 2112 && (k > 129 || m > 16)) continue; /* keep the sanitizer run in seconds */
                 if (m * n * k > 3000000) continue;
-                check_case(m, n, k, out_dtypes[c % 3], (bfp8_scale_format)(c / 3 % 2), c % 4);
+                check_case(m, n, k, out_dtypes[c % 3], (bfp8_scale_format)(c / 3 % 2), c % 4, c % 2 == 0);
             }
 }
 
 static void test_every_dtype_and_bias(void) {
     for (int d = 0; d < 3; d++)
         for (int f = 0; f < 2; f++)
-            for (int bias = 0; bias < 4; bias++) check_case(9, 130, 300, out_dtypes[d], (bfp8_scale_format)f, bias);
+            for (int bias = 0; bias < 4; bias++)
+                check_case(9, 130, 300, out_dtypes[d], (bfp8_scale_format)f, bias, bias % 2 == 1);
 }
 
 /* K = 0: y = bias (or zero) from every path. */

