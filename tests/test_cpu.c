@@ -185,7 +185,8 @@ static void check_case(int64_t m, int64_t n, int64_t k, bfp8_dtype dt, bfp8_scal
                 }
                 double eref = den > 0 ? sqrt(num / den) : sqrt(num);
                 CHECK(eref <= tolerance(dt), "%s %s path %d: rel error %.3g vs ref", label, isas[ii], path, eref);
-                if (!varied && k >= 128 && m * n >= 64) {
+                /* calc_diff is an average: it needs enough outputs and terms to be stable under 1e-3. */
+                if (!varied && k >= 256 && m * n >= 1000) {
                     double cd = calc_diff(y, dt, p.exact_raw, m * n);
                     CHECK(cd < 1e-3, "%s %s path %d: calc_diff %.3g vs unquantized", label, isas[ii], path, cd);
                 }
