@@ -105,7 +105,9 @@ static void check_linear_case(bfp8_dispatcher *d, const char *label, int64_t m, 
     if (m * n > 0) {
         double err = rel_frobenius(yf, ref_q, m * n), diff = calc_diff(yf, ref_exact, m * n);
         CHECK(err <= tolerance(y_dtype), "%s: rel error %.3g > %.3g", label, err, tolerance(y_dtype));
-        CHECK(diff < 1e-3, "%s: calc_diff %.3g vs the unquantized product", label, diff);
+        /* calc_diff averages FP8 noise (about 7e-4) against a 1e-3 limit: a stable statistic only over many
+         * outputs of full 128-deep blocks. */
+        if (k >= 256 && m * n >= 1024) CHECK(diff < 1e-3, "%s: calc_diff %.3g vs the unquantized product", label, diff);
     }
     free(qa), free(sa);
 out:
@@ -129,10 +131,10 @@ static void test_linear_backends(void) {
         char label[128];
         for (int o = 0; o < 3; o++) {
             snprintf(label, sizeof label, "%s out=%s ragged", names[b], bfp8_dtype_name(outs[o]));
-            check_linear_case(d, label, 5, 200, 300, BFP8_DTYPE_BF16, outs[o], BFP8_SCALE_FP32, true);
+            check_linear_case(d, label, 8, 200, 300, BFP8_DTYPE_BF16, outs[o], BFP8_SCALE_FP32, true);
         }
         snprintf(label, sizeof label, "%s ue8m0 f16-in", names[b]);
-        check_linear_case(d, label, 3, 256, 384, BFP8_DTYPE_F16, BFP8_DTYPE_BF16, BFP8_SCALE_UE8M0, false);
+        check_linear_case(d, label, 6, 256, 384, BFP8_DTYPE_F16, BFP8_DTYPE_BF16, BFP8_SCALE_UE8M0, false);
         snprintf(label, sizeof label, "%s f32-in K<128", names[b]);
         check_linear_case(d, label, 2, 130, 100, BFP8_DTYPE_F32, BFP8_DTYPE_F32, BFP8_SCALE_FP32, true);
         snprintf(label, sizeof label, "%s M=0", names[b]);
