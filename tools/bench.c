@@ -262,7 +262,8 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
         double flops = 2.0 * (double)m * (double)n * (double)k;
         double bk_us[MAX_BACKENDS] = {0};
         bool bk_ran[MAX_BACKENDS] = {false};
-        bench_call base_call = {0};
+        bench_call base_call = {0}; /* the OpenBLAS baseline's operands (unused without OpenBLAS) */
+        (void)base_call;
 #ifdef BFP8_HAVE_OPENBLAS
         /* The baseline's output once, untimed: the guard below compares every backend with it. */
         if (o->baseline && o->device == BFP8_DEVICE_CPU) {

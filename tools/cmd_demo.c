@@ -164,11 +164,27 @@ int cmd_demo(int argc, char **argv) {
     }
     const double prepare_s = cli_now() - t0;
 
+    bfp8_linear_args args = {.x = x_bf16, .x_dtype = BFP8_DTYPE_BF16, .m = m, .y = y, .y_dtype = out_dtype,
+                             .device = device};
+    if (device == BFP8_DEVICE_CUDA) {
+        const size_t x_bytes = (size_t)(m * k) * sizeof(uint16_t);
+        if ((st = bfp8_cuda_malloc(&x_dev, x_bytes ? x_bytes : 1)) != BFP8_OK ||
+            (st = bfp8_cuda_malloc(&y_dev, y_bytes ? y_bytes : 1)) != BFP8_OK ||
+            (st = bfp8_cuda_upload(x_dev, x_bf16, x_bytes)) != BFP8_OK) {
+            cli_lib_error(cmd, "device buffers", st);
+            goto done;
+        }
+        args.x = x_dev;
+        args.y = y_dev;
+    }
+
     /* The decision, as bfp8_linear will pose it (pure: nothing recorded). */
     bfp8_problem p;
     bfp8_decision dec;
-    cli_linear_problem(&p, device, device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0, m, n, k, out_dtype,
-                       format, w, false, BFP8_DTYPE_F32);
+    if ((st = bfp8_problem_from_linear(w, &args, &p)) != BFP8_OK) {
+        cli_lib_error(cmd, "problem", st);
+        goto done;
+    }
     if ((st = bfp8_dispatcher_select(d, &p, &dec)) != BFP8_OK) {
         cli_error(CLI_FAIL, cmd, "no backend can run this layer: %s", dec.reason[0] ? dec.reason : bfp8_last_error());
         goto done;
@@ -184,19 +200,6 @@ int cmd_demo(int argc, char **argv) {
         printf(" (auto: the highest-priority backend that can run it, for data on %s)\n", bfp8_device_name(device));
     bfp8_dispatcher_explain(d, &p, stdout); /* every backend with ok or its reason */
 
-    bfp8_linear_args args = {.x = x_bf16, .x_dtype = BFP8_DTYPE_BF16, .m = m, .y = y, .y_dtype = out_dtype,
-                             .device = device};
-    if (device == BFP8_DEVICE_CUDA) {
-        const size_t x_bytes = (size_t)(m * k) * sizeof(uint16_t);
-        if ((st = bfp8_cuda_malloc(&x_dev, x_bytes ? x_bytes : 1)) != BFP8_OK ||
-            (st = bfp8_cuda_malloc(&y_dev, y_bytes ? y_bytes : 1)) != BFP8_OK ||
-            (st = bfp8_cuda_upload(x_dev, x_bf16, x_bytes)) != BFP8_OK) {
-            cli_lib_error(cmd, "device buffers", st);
-            goto done;
-        }
-        args.x = x_dev;
-        args.y = y_dev;
-    }
     const uint64_t calls_before = bfp8_dispatcher_calls(d, chosen->name);
     demo_run run = time_linear(d, w, &args, y, y_bytes, 1.0);
     if (run.status != BFP8_OK) {
