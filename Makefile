@@ -71,7 +71,7 @@ CLI := $(BUILD)/blockfp8
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
-.PHONY: all lib cli demo test check-unit check-asan check-crosscheck check-cli fuzz fuzz-build deps clean help
+.PHONY: all lib cli demo quant-bench test check-unit check-asan check-crosscheck check-cli fuzz fuzz-build deps clean help
 
 all: $(BUILD)/.deps-ok lib cli
 
@@ -118,6 +118,11 @@ $(CLI): $(TOOL_OBJS) $(LIB_A)
 $(BUILD)/tests/%: tests/%.c tests/check.h $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -Itests -o $@ $< $(LIB_A) $(LDFLAGS_SAN) $(LDLIBS_BASE)
+
+# Quantization throughput, scalar vs AVX2 (bench/RESULTS.md, "Vectorized quantization").
+$(BUILD)/quant_bench: bench/quant_bench.c $(LIB_A)
+	$(CC) $(CFLAGS_BASE) -o $@ $< $(LIB_A) $(LDLIBS_BASE)
+quant-bench: $(BUILD)/quant_bench
 
 # --- the main job -------------------------------------------------------------------------------------------------
 demo: all

@@ -4,14 +4,20 @@
  * One driver (quantize_groups) serves all three quantizers: a group is `group_rows` rows (1 for activations, 128
  * for weights) by up to 128 columns, and its source is read one row span (<= 128 values) at a time as fp32. The
  * per-span work is in two scalar kernels, span_amax and span_encode; a SIMD version replaces exactly those and
- * must give the same bits (both are exact except for the one fp32 division per element).
+ * must give the same bits (both are exact except for the one fp32 division per element). quant_avx2.c holds that
+ * version; it runs when the `cpu` backend's ISA selection (bfp8_cpu_isa_name: CPU check, BFP8_CPU_ISA, the test
+ * hook bfp8_cpu_force_isa) says "avx2". Large matrices are split over threads by groups of rows, and every group
+ * is computed the same way whatever thread runs it, so the bytes do not depend on the thread count.
  *
  * Conventions: a non-finite input encodes as NaN with its sign (0x7F, or 0xFF when negative), is counted, and
  * never changes the scale. *nonfinite receives the count for the call (it is set, not added to). K = 0 means
  * kblocks = 0: valid, nothing is written; M = 0 or N = 0 likewise. */
 #include "internal.h"
+#include "backends/cpu.h"
+#include "quant_avx2.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* ---- the per-span kernels ------------------------------------------------------------------------------------ */
@@ -47,6 +53,7 @@ typedef struct quant_source {
     const void *x;         /* [rows, k] f32/bf16/f16, or e4m3 codes for the requantizer */
     bfp8_dtype dtype;      /* for E4M3 the values are q * scales (dequantized) */
     const bfp8_scales *dq; /* the E4M3 source's scales (weight blocks) */
+    bool avx2;             /* use the AVX2 span kernels (same bits) */
 } quant_source;
 
 /* The span (row, col0 .. col0+n) as fp32: a pointer into x for f32, otherwise decoded into buf[BFP8_BLOCK]. */
@@ -62,33 +69,92 @@ static const float *source_span(const quant_source *src, int64_t k, int64_t row,
         return buf;
     }
     default:
+        if (src->avx2) {
+            bfp8_quant_load_span_avx2(src->x, src->dtype, base, n, buf);
+            return buf;
+        }
         for (int64_t i = 0; i < n; i++) buf[i] = bfp8_load_f32(src->x, src->dtype, base + i);
         return buf;
     }
 }
 
-/* Quantizes [rows, k] in groups of group_rows x BFP8_BLOCK; scales (already validated, shape
- * [ceil(rows/group_rows), ceil(k/128)]) receive one value per group. */
-static void quantize_groups(const quant_source *src, int64_t rows, int64_t k, int64_t group_rows, uint8_t *q,
-                            bfp8_scales *scales, int64_t *nonfinite) {
+typedef struct quant_job {
+    const quant_source *src;
+    int64_t rows, k, group_rows;
+    int64_t groups_per_task;
+    uint8_t *q;
+    bfp8_scales *scales;
+    atomic_llong nonfinite;
+} quant_job;
+
+/* Row groups [g0, g1) of the job: every group's amax, scale and codes. Returns the non-finite count. */
+static int64_t quantize_row_groups(const quant_job *job, int64_t g0, int64_t g1) {
+    const quant_source *src = job->src;
     float buf[BFP8_BLOCK];
-    int64_t bad = 0;
+    int64_t bad = 0, k = job->k, group_rows = job->group_rows;
     int64_t kblocks = bfp8_ceil_div(k, BFP8_BLOCK);
-    if (scales->layout == BFP8_LAYOUT_PACKED_UE8M0 || scales->layout == BFP8_LAYOUT_MN_MAJOR_ALIGNED)
-        bfp8_scales_clear(scales); /* padding is zero */
-    for (int64_t r0 = 0; r0 < rows; r0 += group_rows) {
-        int64_t r1 = r0 + group_rows < rows ? r0 + group_rows : rows;
+    for (int64_t g = g0; g < g1; g++) {
+        int64_t r0 = g * group_rows;
+        int64_t r1 = r0 + group_rows < job->rows ? r0 + group_rows : job->rows;
         for (int64_t kb = 0; kb < kblocks; kb++) {
             int64_t c0 = kb * BFP8_BLOCK;
             int64_t n = k - c0 < BFP8_BLOCK ? k - c0 : BFP8_BLOCK; /* the last group is partial */
             float amax = 0.0f;
-            for (int64_t r = r0; r < r1; r++) amax = fmaxf(amax, span_amax(source_span(src, k, r, c0, n, buf), n, &bad));
-            float s = bfp8_group_scale(amax, scales->format);
-            bfp8_scales_set(scales, r0 / group_rows, kb, s);
-            for (int64_t r = r0; r < r1; r++) span_encode(source_span(src, k, r, c0, n, buf), n, s, q + r * k + c0);
+            for (int64_t r = r0; r < r1; r++) {
+                const float *x = source_span(src, k, r, c0, n, buf);
+                amax = fmaxf(amax, src->avx2 ? bfp8_quant_span_amax_avx2(x, n, &bad) : span_amax(x, n, &bad));
+            }
+            float s = bfp8_group_scale(amax, job->scales->format);
+            bfp8_scales_set(job->scales, g, kb, s);
+            for (int64_t r = r0; r < r1; r++) {
+                const float *x = source_span(src, k, r, c0, n, buf);
+                if (src->avx2)
+                    bfp8_quant_span_encode_avx2(x, n, s, job->q + r * k + c0);
+                else
+                    span_encode(x, n, s, job->q + r * k + c0);
+            }
         }
     }
-    if (nonfinite) *nonfinite = bad;
+    return bad;
+}
+
+static void quantize_task(void *ctx, int64_t task, int thread) {
+    quant_job *job = ctx;
+    int64_t groups = bfp8_ceil_div(job->rows, job->group_rows);
+    int64_t g0 = task * job->groups_per_task;
+    int64_t g1 = g0 + job->groups_per_task < groups ? g0 + job->groups_per_task : groups;
+    atomic_fetch_add(&job->nonfinite, (long long)quantize_row_groups(job, g0, g1));
+}
+
+/* Below this many elements a matrix is quantized on the calling thread; above, tasks of about this size. */
+#define QUANT_PARALLEL_MIN_ELEMS (INT64_C(1) << 18)
+#define QUANT_TASK_ELEMS (INT64_C(1) << 16)
+
+/* Quantizes [rows, k] in groups of group_rows x BFP8_BLOCK; scales (already validated, shape
+ * [ceil(rows/group_rows), ceil(k/128)]) receive one value per group. Tasks own whole row groups, so no two write
+ * the same q bytes or scale words (packed UE8M0 words hold 4 kblocks of one row). */
+static void quantize_groups(quant_source *src, int64_t rows, int64_t k, int64_t group_rows, uint8_t *q,
+                            bfp8_scales *scales, int64_t *nonfinite) {
+    src->avx2 = strcmp(bfp8_cpu_isa_name(), "avx2") == 0;
+    if (scales->layout == BFP8_LAYOUT_PACKED_UE8M0 || scales->layout == BFP8_LAYOUT_MN_MAJOR_ALIGNED)
+        bfp8_scales_clear(scales); /* padding is zero */
+    quant_job job = {.src = src, .rows = rows, .k = k, .group_rows = group_rows, .q = q, .scales = scales};
+    atomic_init(&job.nonfinite, 0);
+    int64_t groups = bfp8_ceil_div(rows, group_rows);
+    int64_t elems = 0, group_elems = 0;
+    int threads = bfp8_get_num_threads();
+    bool parallel = threads > 1 && groups > 1 && bfp8_mul_ok(rows, k, &elems) && elems >= QUANT_PARALLEL_MIN_ELEMS &&
+                    bfp8_mul_ok(group_rows, k, &group_elems);
+    if (!parallel) {
+        job.groups_per_task = groups;
+        int64_t bad = groups ? quantize_row_groups(&job, 0, groups) : 0;
+        if (nonfinite) *nonfinite = bad;
+        return;
+    }
+    job.groups_per_task = group_elems >= QUANT_TASK_ELEMS ? 1 : bfp8_ceil_div(QUANT_TASK_ELEMS, group_elems);
+    /* bfp8_parallel_for fails only on invalid arguments, which these are not. */
+    (void)bfp8_parallel_for(bfp8_ceil_div(groups, job.groups_per_task), threads, quantize_task, &job);
+    if (nonfinite) *nonfinite = (int64_t)atomic_load(&job.nonfinite);
 }
 
 /* ---- public entry points ------------------------------------------------------------------------------------- */
@@ -115,7 +181,7 @@ static bfp8_status check_quant_args(const char *what, const void *x, bfp8_dtype 
 bfp8_status bfp8_quantize_act(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
                               bfp8_scales *scales, int64_t *nonfinite) {
     BFP8_TRY(check_quant_args("bfp8_quantize_act", x, x_dtype, m, k, 1, q, scales));
-    quant_source src = {x, x_dtype, NULL};
+    quant_source src = {x, x_dtype, NULL, false};
     quantize_groups(&src, m, k, 1, q, scales, nonfinite);
     return BFP8_OK;
 }
@@ -123,7 +189,7 @@ bfp8_status bfp8_quantize_act(const void *x, bfp8_dtype x_dtype, int64_t m, int6
 bfp8_status bfp8_quantize_weight(const void *w, bfp8_dtype w_dtype, int64_t n, int64_t k, uint8_t *q,
                                  bfp8_scales *scales, int64_t *nonfinite) {
     BFP8_TRY(check_quant_args("bfp8_quantize_weight", w, w_dtype, n, k, BFP8_BLOCK, q, scales));
-    quant_source src = {w, w_dtype, NULL};
+    quant_source src = {w, w_dtype, NULL, false};
     quantize_groups(&src, n, k, BFP8_BLOCK, q, scales, nonfinite);
     return BFP8_OK;
 }
@@ -174,7 +240,7 @@ bfp8_status bfp8_requantize_weight_ue8m0(const uint8_t *q, int64_t n, int64_t k,
                        !ranges_overlap(scales->data, in_sb, q_out, bytes) &&
                        !ranges_overlap(scales->data, in_sb, scales_out->data, out_sb),
                    "%s: outputs alias the inputs", what);
-    quant_source src = {q, BFP8_DTYPE_E4M3, scales};
+    quant_source src = {q, BFP8_DTYPE_E4M3, scales, false};
     quantize_groups(&src, n, k, BFP8_BLOCK, q_out, scales_out, NULL);
     return BFP8_OK;
 }
