@@ -369,9 +369,16 @@ bfp8_status bfp8_cuda_free(void *ptr);
 bfp8_status bfp8_cuda_upload(void *device_dst, const void *host_src, size_t bytes);
 bfp8_status bfp8_cuda_download(void *host_dst, const void *device_src, size_t bytes);
 bfp8_status bfp8_cuda_synchronize(void *stream);
-/* Times fn(ctx) with CUDA events on `stream`: `warmup` untimed calls, then `iters` timed calls, each preceded (when
- * flush_l2) by a write over a buffer larger than the L2. times_us[i] receives each call's time in microseconds. */
-bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bool flush_l2,
+/* What bfp8_cuda_time does to the L2 cache before each timed call. */
+typedef enum bfp8_l2_flush {
+    BFP8_L2_KEEP = 0,  /* nothing: the call may find its operands in the L2 */
+    BFP8_L2_CLEAN = 1, /* read a buffer of twice the L2's size: no operand cached, no dirty line left to write back */
+    BFP8_L2_DIRTY = 2, /* write such a buffer: no operand cached, but the L2 full of dirty lines, which the timed
+                          call pays to write back as it evicts them (a flush by writing, e.g. PyTorch's zero_()) */
+} bfp8_l2_flush;
+/* Times fn(ctx) with CUDA events on `stream`: `warmup` untimed calls, then `iters` timed calls, each preceded by
+ * the `flush`. times_us[i] receives each call's time in microseconds. */
+bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bfp8_l2_flush flush,
                            void *stream, double *times_us);
 /* Same contract and bytes as bfp8_quantize_act, with x, q and scales->data in device memory. nonfinite, if not
  * NULL, is a device int64 that the kernel adds the count of non-finite inputs to. */

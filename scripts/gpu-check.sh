@@ -1,7 +1,7 @@
 #!/bin/bash
 # The one-call GPU check: build, GPU unit tests, compute-sanitizer (memcheck + racecheck), the SASS of the CUDA
-# kernels, the cuBLASLt limits probe and the DeepSeek-R1 GEMM benchmark. Logs and JSON go under OUTDIR; a short
-# summary table is printed last.
+# kernels, the cuBLASLt limits probe and the DeepSeek-R1 GEMM benchmark (`blockfp8 bench`, every CUDA backend
+# against cuBLASLt in the same run). Logs and JSON go under OUTDIR; a short summary table is printed last.
 #   scripts/gpu-check.sh OUTDIR
 # On a machine without cJSON installed, headers and library can be carried in build/deps/{include,lib}
 # (copies of /usr/include/cjson/cJSON.h and libcjson.so*): the script points the compiler there.
@@ -33,9 +33,6 @@ mkdir -p build && touch build/.deps-ok
 build() {
     make -j"$jobs" all && make -j"$jobs" $(ls tests/test_*.c | sed 's|tests/\(.*\)\.c|build/tests/\1|') || return 1
     local cuda=/usr/local/cuda
-    cc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -Itests -I$cuda/include -o build/cuda_bench tests/cuda_bench.c \
-        build/libblockfp8.a -lcjson -L$cuda/lib64 -lcublasLt -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm \
-        -Wl,-rpath,$cuda/lib64 &&
     cc -std=c11 -O2 -I$cuda/include -o build/cuda_probe tests/cuda_probe.c -L$cuda/lib64 -lcublasLt -lcudart -lm \
         -Wl,-rpath,$cuda/lib64
 }
@@ -56,6 +53,7 @@ sanitize() {
         echo "== compute-sanitizer --tool $tool"
         BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda ||
             return 1
+        timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small || return 1
     done
 }
 step sanitizer sanitize >"$out/sanitizer.log" 2>&1
@@ -74,22 +72,31 @@ step sass sass >>"$out/build.log" 2>&1
 
 # --- cuBLASLt limits probe and the benchmark ---------------------------------------------------------------------------
 [ "$quick" = 1 ] || step probe build/cuda_probe >"$out/probe.log" 2>&1
-[ "$quick" = 1 ] || step bench timeout 200 build/cuda_bench >"$out/bench.log" 2>&1
-# The project's benchmark command (tools/bench.c), cuBLASLt as the baseline ratio.
-[ "$quick" = 1 ] || step bench-cli timeout 240 build/blockfp8 bench --device cuda --backend all --baseline cublaslt --shapes dsr1 \
-    --m 1,16,64,128,512,4096 --json "$out/bench.json" >"$out/bench_cli.log" 2>&1
+# The project's benchmark command (tools/bench.c): every CUDA backend, cuBLASLt as the baseline ratio.
+[ "$quick" = 1 ] || step bench timeout 300 build/blockfp8 bench --device cuda --backend all --baseline cublaslt \
+    --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --json "$out/bench.json" >"$out/bench.log" 2>"$out/bench.err"
 
 # --- summary (printed last) -------------------------------------------------------------------------------------------
 echo "================ gpu-check summary ($(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git))"
 head -2 "$out/unit.log" | tail -1
-for s in build unit-suite test_cuda sanitizer sass probe bench bench-cli; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
+for s in build unit-suite test_cuda sanitizer sass probe bench; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
 echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
 echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
 echo "-- sanitizer:"; grep -E 'SUMMARY|cuda:' "$out/sanitizer.log" | sed 's/^/  /'
 echo "-- sass:"; sed -n '/^== /,$p' "$out/build.log" | sed 's/^/  /'
 echo "-- probe (cuBLASLt limits):"
 [ -f "$out/probe.log" ] && grep -vE ' ok$' "$out/probe.log" | cut -c1-150 | head -25 | sed 's/^/  /'
-echo "-- bench (bf16 out, µs, median, L2 flushed):"; cat "$out/bench.log" 2>/dev/null
+echo "-- bench (bf16 out, median µs with the L2 flushed; ratio = cuBLASLt time / backend time):"
+# One line per cell: every backend's time and ratio side by side, then the geomean lines of `blockfp8 bench`.
+[ -f "$out/bench.log" ] && awk '
+    /^#/ || /^backend/ || NF < 8 {next}
+    { cell = sprintf("%6s %6s %6s", $2, $3, $4); if (!(cell in seen)) {seen[cell] = 1; order[++n] = cell}
+      if (!($1 in bseen)) {bseen[$1] = 1; bk[++nb] = $1}
+      t[cell, $1] = ($5 == "n/a") ? "n/a" : sprintf("%.1f", $5); r[cell, $1] = ($5 == "n/a") ? "" : $8 }
+    END { printf "  %6s %6s %6s", "M", "N", "K"; for (j = 1; j <= nb; j++) printf " %18s", bk[j]; print ""
+          for (i = 1; i <= n; i++) { printf "  %s", order[i]
+              for (j = 1; j <= nb; j++) printf " %10s %7s", t[order[i], bk[j]], r[order[i], bk[j]]; print "" } }' "$out/bench.log"
+grep '^# ' "$out/bench.log" 2>/dev/null | grep -E 'geomean|summary' | sed 's/^/  /'
 # Exit status: 1 if any step that ran failed.
 for s in "${!status[@]}"; do case "${status[$s]}" in FAIL*) exit 1 ;; esac; done
 exit 0

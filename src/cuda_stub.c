@@ -34,9 +34,9 @@ bfp8_status bfp8_cuda_synchronize(void *stream) {
     (void)stream;
     return no_cuda("bfp8_cuda_synchronize");
 }
-bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bool flush_l2,
+bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bfp8_l2_flush flush,
                            void *stream, double *times_us) {
-    (void)fn, (void)ctx, (void)warmup, (void)iters, (void)flush_l2, (void)stream, (void)times_us;
+    (void)fn, (void)ctx, (void)warmup, (void)iters, (void)flush, (void)stream, (void)times_us;
     return no_cuda("bfp8_cuda_time");
 }
 bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
@@ -55,6 +55,8 @@ bfp8_status bfp8_cuda_free_async(void *ptr, void *stream) {
 }
 
 int bfp8_cuda_current_arch(void) { return 0; }
+
+void bfp8_cuda_generic_force_mma_sync(bool on) { (void)on; }
 
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d) {
     BFP8_TRY(bfp8_dispatcher_add_unavailable(d, "hopper", BFP8_NO_CUDA));

@@ -16,6 +16,11 @@ bfp8_scale_layout bfp8_first_layout(uint32_t set) {
     return BFP8_LAYOUT_ROW_MAJOR;
 }
 
+bfp8_scale_layout bfp8_act_layout(uint32_t set) {
+    if (set & BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED)) return BFP8_LAYOUT_MN_MAJOR_ALIGNED;
+    return bfp8_first_layout(set);
+}
+
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args) {
     BFP8_CHECK_ARG(args, "gemm: args is NULL");
     BFP8_CHECK_ARG(args->device >= 0 && args->device < BFP8_DEVICE_COUNT, "gemm: unknown device %d",

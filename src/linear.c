@@ -88,7 +88,7 @@ bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_lin
     BFP8_TRY(bfp8_weight_view(w, args->device, bfp8_first_layout(caps->b_layouts & p.b_layouts), &g.b, &g.b_scales));
 
     int64_t kblocks = bfp8_ceil_div(p.k, BFP8_BLOCK);
-    bfp8_scale_layout a_layout = bfp8_first_layout(caps->a_layouts & p.a_layouts);
+    bfp8_scale_layout a_layout = bfp8_act_layout(caps->a_layouts & p.a_layouts);
     size_t s_bytes = bfp8_scales_bytes(a_layout, args->m, kblocks);
     act_buffers buf = {.device = args->device, .stream = args->stream};
     bfp8_status st = act_alloc(&buf, (size_t)(args->m * p.k), s_bytes);

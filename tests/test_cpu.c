@@ -136,14 +136,13 @@ static double rel_err(const void *y, bfp8_dtype dt, const double *ref, int64_t c
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static double calc_diff(const void *y, bfp8_dtype dt, const double *ref, int64_t count) {
-    double xy = 0, xx = 0;
-    for (int64_t i = 0; i < count; i++) {
-        double v = out_f32(y, dt, i);
-        xy += v * ref[i];
-        xx += v * v + ref[i] * ref[i];
+static double calc_diff(const void *y, bfp8_dtype dt, const double *ref, int64_t m, int64_t n) {
+    test_calc_diff c = {0};
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) test_calc_diff_add(&c, out_f32(y, dt, i * n + j), ref[i * n + j]);
+        test_calc_diff_row(&c);
     }
-    return xx > 0 ? 1.0 - 2.0 * xy / xx : 0.0;
+    return test_calc_diff_value(&c);
 }
 
 /* One problem through every ISA x path x thread count; all against the exact answer, ISAs and thread counts byte
@@ -187,7 +186,7 @@ static void check_case(int64_t m, int64_t n, int64_t k, bfp8_dtype dt, bfp8_scal
                 CHECK(eref <= tolerance(dt), "%s %s path %d: rel error %.3g vs ref", label, isas[ii], path, eref);
                 /* calc_diff is an average: it needs enough outputs and terms to be stable under 1e-3. */
                 if (!varied && k >= 256 && m * n >= 1000) {
-                    double cd = calc_diff(y, dt, p.exact_raw, m * n);
+                    double cd = calc_diff(y, dt, p.exact_raw, m, n);
                     CHECK(cd < 1e-3, "%s %s path %d: calc_diff %.3g vs unquantized", label, isas[ii], path, cd);
                 }
                 if (!have_first) {

@@ -73,7 +73,7 @@ static void check_unavailable(const char *why) {
     CHECK_STATUS(bfp8_cuda_download(x, q, 4), BFP8_ERR_UNSUPPORTED);
     CHECK_STATUS(bfp8_cuda_synchronize(NULL), BFP8_ERR_UNSUPPORTED);
     CHECK_STATUS(bfp8_cuda_malloc_async(&p, 16, NULL), BFP8_ERR_UNSUPPORTED);
-    CHECK_STATUS(bfp8_cuda_time(noop, NULL, 0, 1, false, NULL, &t), BFP8_ERR_UNSUPPORTED);
+    CHECK_STATUS(bfp8_cuda_time(noop, NULL, 0, 1, BFP8_L2_KEEP, NULL, &t), BFP8_ERR_UNSUPPORTED);
     CHECK_OK(bfp8_scales_init(&sc, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, s));
     CHECK_STATUS(bfp8_quantize_act_cuda(x, BFP8_DTYPE_F32, 1, 4, q, &sc, NULL, NULL), BFP8_ERR_UNSUPPORTED);
     CHECK(bfp8_cuda_current_arch() == 0, "arch without a device");
@@ -123,10 +123,14 @@ static void check_memory_api(void) {
     CHECK_OK(bfp8_cuda_free_async(a, NULL));
     double times[5];
     time_noop_calls = 0;
-    CHECK_OK(bfp8_cuda_time(noop, NULL, 2, 5, true, NULL, times));
+    CHECK_OK(bfp8_cuda_time(noop, NULL, 2, 5, BFP8_L2_CLEAN, NULL, times));
     CHECK(time_noop_calls == 7, "bfp8_cuda_time called fn %g times, expected 7", time_noop_calls);
     for (int i = 0; i < 5; i++) CHECK(times[i] >= 0 && times[i] < 1e6, "time[%d] = %g us", i, times[i]);
-    CHECK_STATUS(bfp8_cuda_time(noop, NULL, 0, 0, false, NULL, times), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_OK(bfp8_cuda_time(noop, NULL, 0, 2, BFP8_L2_DIRTY, NULL, times));
+    CHECK_OK(bfp8_cuda_time(noop, NULL, 0, 2, BFP8_L2_KEEP, NULL, times));
+    CHECK(time_noop_calls == 11, "bfp8_cuda_time called fn %g times, expected 11", time_noop_calls);
+    CHECK_STATUS(bfp8_cuda_time(noop, NULL, 0, 1, (bfp8_l2_flush)7, NULL, times), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_cuda_time(noop, NULL, 0, 0, BFP8_L2_KEEP, NULL, times), BFP8_ERR_INVALID_ARGUMENT);
     int arch = bfp8_cuda_current_arch();
     printf("device: sm_%d\n", arch);
     CHECK(arch >= 50, "arch %d", arch);
@@ -225,7 +229,12 @@ typedef struct gemm_case {
     bfp8_dtype out;
     int bias; /* -1 none, else bfp8_dtype */
     bfp8_scale_format fmt;
+    bool a_layout_set; /* false: the layout bfp8_linear would produce for this backend (bfp8_act_layout) */
+    bfp8_scale_layout a_layout;
 } gemm_case;
+
+/* A case with the activation-scale layout left to bfp8_act_layout. */
+#define CASE(m, n, k, out, bias, fmt) ((gemm_case){m, n, k, out, bias, fmt, false, BFP8_LAYOUT_ROW_MAJOR})
 
 static int g_run, g_declined;
 
@@ -234,12 +243,15 @@ static double tolerance(bfp8_dtype out) {
 }
 
 /* Runs one case on backend `name` (strict policy through the dispatcher) and compares with the reference on a
- * sample of rows (every row when small). expect: 1 must be accepted, 0 must be declined, -1 either. */
-static void check_gemm_case(bfp8_dispatcher *d, const char *name, gemm_case c, int expect) {
+ * sample of rows (every row when small). expect: 1 must be accepted, 0 must be declined, -1 either. With y_out,
+ * the device output is handed back (malloc'ed; NULL when declined). */
+static void check_gemm_case_y(bfp8_dispatcher *d, const char *name, gemm_case c, int expect, uint8_t **y_out) {
+    if (y_out) *y_out = NULL;
     const bfp8_backend *be = bfp8_dispatcher_find(d, name);
     if (!be) return;
     const int64_t m = c.m, n = c.n, k = c.k, kb = bfp8_ceil_div(k, BFP8_BLOCK), nb = bfp8_ceil_div(n, BFP8_BLOCK);
-    bfp8_scale_layout al = bfp8_first_layout(be->caps.a_layouts & bfp8_layouts_for_format(c.fmt));
+    bfp8_scale_layout al = c.a_layout_set ? c.a_layout
+                                          : bfp8_act_layout(be->caps.a_layouts & bfp8_layouts_for_format(c.fmt));
     bfp8_scale_layout bl = bfp8_first_layout(be->caps.b_layouts & bfp8_layouts_for_format(c.fmt));
     bfp8_problem p = {.device = BFP8_DEVICE_CUDA, .arch = bfp8_cuda_current_arch(), .m = m, .n = n, .k = k,
                       .out_dtype = c.out, .scale_format = c.fmt, .a_layouts = BFP8_BIT(al), .b_layouts = BFP8_BIT(bl),
@@ -297,7 +309,8 @@ static void check_gemm_case(bfp8_dispatcher *d, const char *name, gemm_case c, i
 
     /* Reference (f32 output, so it is within one f32 rounding of the exact value) on sampled rows. */
     int64_t rows_checked = m <= 96 ? m : 24;
-    double err2 = 0, ref2 = 0, cd_xy = 0, cd_xx = 0;
+    double err2 = 0, ref2 = 0;
+    test_calc_diff cd = {0};
     int64_t unwritten = 0;
     float *yr = malloc(sizeof(float) * (n ? n : 1));
     for (int64_t i = 0; i < rows_checked; i++) {
@@ -316,12 +329,12 @@ static void check_gemm_case(bfp8_dispatcher *d, const char *name, gemm_case c, i
             /* calc_diff against the unquantized product. */
             double exact = bias ? bfp8_load_f32(bias, (bfp8_dtype)c.bias, j) : 0.0;
             for (int64_t t = 0; t < k; t++) exact += (double)x[row * k + t] * w[j * k + t];
-            cd_xy += exact * got;
-            cd_xx += exact * exact + got * got;
+            test_calc_diff_add(&cd, got, exact);
         }
+        test_calc_diff_row(&cd);
     }
     double rel = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
-    double calc_diff = cd_xx > 0 ? 1.0 - 2.0 * cd_xy / cd_xx : 0.0;
+    double calc_diff = test_calc_diff_value(&cd);
     CHECK(unwritten == 0, "%s m=%" PRId64 " n=%" PRId64 " k=%" PRId64 ": %" PRId64 " outputs NaN/unwritten", name, m,
           n, k, unwritten);
     CHECK(rel <= tolerance(c.out), "%s m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " out=%s bias=%d %s: rel %.3g > %.3g",
@@ -337,7 +350,29 @@ static void check_gemm_case(bfp8_dispatcher *d, const char *name, gemm_case c, i
 
     bfp8_cuda_free(da), bfp8_cuda_free(db), bfp8_cuda_free(dsa), bfp8_cuda_free(dsb), bfp8_cuda_free(dy);
     if (dbias) bfp8_cuda_free(dbias);
+    if (y_out) {
+        *y_out = y;
+        y = NULL;
+    }
     free(x), free(w), free(qa), free(qb), free(sa), free(sb), free(sa2), free(sb2), free(bias), free(y), free(yr);
+}
+
+static void check_gemm_case(bfp8_dispatcher *d, const char *name, gemm_case c, int expect) {
+    check_gemm_case_y(d, name, c, expect, NULL);
+}
+
+/* Runs case c on backends x and y from the same random inputs; returns whether the outputs are byte-identical
+ * (false when either declined). */
+static bool same_output(bfp8_dispatcher *d, const char *x, const char *y, gemm_case c) {
+    uint64_t seed = test_rand_u64();
+    uint8_t *yx = NULL, *yy = NULL;
+    test_rng_state_ = seed;
+    check_gemm_case_y(d, x, c, 1, &yx);
+    test_rng_state_ = seed;
+    check_gemm_case_y(d, y, c, 1, &yy);
+    bool same = yx && yy && memcmp(yx, yy, (size_t)(c.m * c.n) * bfp8_dtype_size(c.out)) == 0;
+    free(yx), free(yy);
+    return same;
 }
 
 static void check_gemms(void) {
@@ -349,46 +384,73 @@ static void check_gemms(void) {
     CHECK(bfp8_dispatcher_find(d, "cuda_generic") != NULL, "cuda_generic is not registered");
     if (hopper) CHECK(bfp8_dispatcher_find(d, "cublaslt") != NULL, "cublaslt is not registered on sm_90");
 
-    /* cuda_generic: ragged shapes, every dtype and bias dtype, both formats; every tile config and split-K. */
+    /* cuda_generic: ragged shapes, every dtype and bias dtype, both formats; every tile config and split-K. Run
+     * twice: on the mma.sync kernel alone with the activation-scale layout rotating through all four, then as
+     * bfp8_linear calls it (mn_major_aligned), where on sm_90 the shapes with K % 16 == 0 go to the wgmma kernel. */
     static const int64_t ragged[][3] = {
         {1, 1, 1},     {3, 17, 1},    {5, 130, 127},  {17, 129, 129},  {33, 257, 300}, {64, 128, 256},
         {65, 200, 1000}, {1, 256, 4096}, {2, 2112, 1536}, {16, 96, 7168}, {129, 300, 384}, {7, 50, 0},
-        {1152, 2048, 256}, {1152, 2048, 200}, {100, 136, 16}, {31, 33, 2047}};
+        {1152, 2048, 256}, {1152, 2048, 200}, {100, 136, 16}, {31, 33, 2047}, {9, 64, 8}, {40, 72, 24}};
     size_t nragged = small_run() ? 6 : sizeof ragged / sizeof ragged[0];
-    for (size_t s = 0; s < nragged; s++)
-        for (int o = 0; o < 3; o++) {
-            gemm_case c = {ragged[s][0], ragged[s][1], ragged[s][2], outs[o], (int)((s + o) % 4) - 1,
-                           (bfp8_scale_format)((s + o) % 2)};
-            check_gemm_case(d, "cuda_generic", c, 1);
-        }
+    for (int pass = 0; pass < 2; pass++) {
+        bfp8_cuda_generic_force_mma_sync(pass == 0);
+        for (size_t s = 0; s < nragged; s++)
+            for (int o = 0; o < 3; o++) {
+                gemm_case c = CASE(ragged[s][0], ragged[s][1], ragged[s][2], outs[o], (int)((s + o) % 4) - 1,
+                                   (bfp8_scale_format)((s + o) % 2));
+                if (pass == 0) {
+                    int l = (int)((s + 2 * o) % 4);
+                    if (l == BFP8_LAYOUT_PACKED_UE8M0 && c.fmt != BFP8_SCALE_UE8M0) l = BFP8_LAYOUT_MN_MAJOR;
+                    c.a_layout_set = true;
+                    c.a_layout = (bfp8_scale_layout)l;
+                }
+                check_gemm_case(d, "cuda_generic", c, 1);
+            }
+    }
+    bfp8_cuda_generic_force_mma_sync(false);
+    /* The route: where the wgmma kernel applies, cuda_generic's bytes are hopper's (the same kernel); K % 16 != 0
+     * and K < 16 stay on mma.sync, which computes the same values in another order (so the bytes differ). */
+    if (hopper) {
+        const gemm_case routed[] = {CASE(3, 300, 16, BFP8_DTYPE_BF16, -1, 0),
+                                    CASE(130, 2112, 512, BFP8_DTYPE_F32, BFP8_DTYPE_BF16, 1),
+                                    CASE(16, 2112, 7168, BFP8_DTYPE_BF16, -1, 0)};
+        for (size_t i = 0; i < sizeof routed / sizeof routed[0]; i++)
+            CHECK(same_output(d, "cuda_generic", "hopper", routed[i]),
+                  "cuda_generic m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " did not run the wgmma kernel", routed[i].m,
+                  routed[i].n, routed[i].k);
+        /* The control: on the mma.sync kernel the bytes differ, so the check above can tell the kernels apart. */
+        bfp8_cuda_generic_force_mma_sync(true);
+        CHECK(!same_output(d, "cuda_generic", "hopper", routed[1]), "mma.sync and wgmma outputs are byte-identical");
+        bfp8_cuda_generic_force_mma_sync(false);
+    }
 
     /* cublaslt: the capability boundaries (expectations follow the declared caps: bench/RESULTS.md). */
     if (hopper && small_run()) {
-        check_gemm_case(d, "cublaslt", (gemm_case){3, 256, 512, BFP8_DTYPE_BF16, -1, 0}, 1);
-        check_gemm_case(d, "cublaslt", (gemm_case){8, 256, 496, BFP8_DTYPE_F16, BFP8_DTYPE_F16, 1}, 1);
+        check_gemm_case(d, "cublaslt", CASE(3, 256, 512, BFP8_DTYPE_BF16, -1, 0), 1);
+        check_gemm_case(d, "cublaslt", CASE(8, 256, 496, BFP8_DTYPE_F16, BFP8_DTYPE_F16, 1), 1);
     } else if (hopper) {
         for (int o = 0; o < 3; o++) {
             /* fp32 output is declined (it misses the 2.5e-4 tolerance): every shape below expects "no" there. */
             const bool f32 = outs[o] == BFP8_DTYPE_F32;
             const int yes = f32 ? 0 : 1;
             for (int64_t m = 1; m <= 5; m++)
-                check_gemm_case(d, "cublaslt", (gemm_case){m, 256, 512, outs[o], -1, 0}, yes);
-            check_gemm_case(d, "cublaslt", (gemm_case){8, 256, 127, outs[o], -1, 0}, 0);
-            check_gemm_case(d, "cublaslt", (gemm_case){8, 256, 129, outs[o], -1, 0}, 0);
-            check_gemm_case(d, "cublaslt", (gemm_case){8, 256, 384, outs[o], -1, 0}, 0);   /* 3 K-blocks */
-            check_gemm_case(d, "cublaslt", (gemm_case){8, 256, 496, outs[o], -1, 1}, yes); /* 4, last partial */
-            check_gemm_case(d, "cublaslt", (gemm_case){8, 256, 400, outs[o], -1, 0}, yes); /* smallest K */
-            check_gemm_case(d, "cublaslt", (gemm_case){8, 256, 392, outs[o], -1, 0}, 0);   /* K % 16 */
-            check_gemm_case(d, "cublaslt", (gemm_case){8, 256, 0, outs[o], -1, 0}, 0);
-            check_gemm_case(d, "cublaslt", (gemm_case){8, 2112, 512, outs[o], -1, 0}, yes);
-            check_gemm_case(d, "cublaslt", (gemm_case){12, 2116, 512, outs[o], -1, 0}, 0); /* N % 8 */
-            check_gemm_case(d, "cublaslt", (gemm_case){12, 2120, 512, outs[o], -1, 1}, yes);
-            check_gemm_case(d, "cublaslt", (gemm_case){130, 2112, 7168, outs[o], -1, 0}, yes);
+                check_gemm_case(d, "cublaslt", CASE(m, 256, 512, outs[o], -1, 0), yes);
+            check_gemm_case(d, "cublaslt", CASE(8, 256, 127, outs[o], -1, 0), 0);
+            check_gemm_case(d, "cublaslt", CASE(8, 256, 129, outs[o], -1, 0), 0);
+            check_gemm_case(d, "cublaslt", CASE(8, 256, 384, outs[o], -1, 0), 0);   /* 3 K-blocks */
+            check_gemm_case(d, "cublaslt", CASE(8, 256, 496, outs[o], -1, 1), yes); /* 4, last partial */
+            check_gemm_case(d, "cublaslt", CASE(8, 256, 400, outs[o], -1, 0), yes); /* smallest K */
+            check_gemm_case(d, "cublaslt", CASE(8, 256, 392, outs[o], -1, 0), 0);   /* K % 16 */
+            check_gemm_case(d, "cublaslt", CASE(8, 256, 0, outs[o], -1, 0), 0);
+            check_gemm_case(d, "cublaslt", CASE(8, 2112, 512, outs[o], -1, 0), yes);
+            check_gemm_case(d, "cublaslt", CASE(12, 2116, 512, outs[o], -1, 0), 0); /* N % 8 */
+            check_gemm_case(d, "cublaslt", CASE(12, 2120, 512, outs[o], -1, 1), yes);
+            check_gemm_case(d, "cublaslt", CASE(130, 2112, 7168, outs[o], -1, 0), yes);
             /* Bias: bf16 with bf16 output, f16 with f16 output; f32 never. */
-            check_gemm_case(d, "cublaslt", (gemm_case){4, 136, 1024, outs[o], BFP8_DTYPE_F32, 0}, 0);
-            check_gemm_case(d, "cublaslt", (gemm_case){4, 136, 1024, outs[o], BFP8_DTYPE_BF16, 0},
+            check_gemm_case(d, "cublaslt", CASE(4, 136, 1024, outs[o], BFP8_DTYPE_F32, 0), 0);
+            check_gemm_case(d, "cublaslt", CASE(4, 136, 1024, outs[o], BFP8_DTYPE_BF16, 0),
                             outs[o] == BFP8_DTYPE_BF16);
-            check_gemm_case(d, "cublaslt", (gemm_case){5, 136, 1024, outs[o], BFP8_DTYPE_F16, 1},
+            check_gemm_case(d, "cublaslt", CASE(5, 136, 1024, outs[o], BFP8_DTYPE_F16, 1),
                             outs[o] == BFP8_DTYPE_F16);
         }
     }

@@ -2,9 +2,8 @@
  * independent double computation of the same quantized inputs (DESIGN section 3 tolerances) and calc_diff against
  * the unquantized product: ragged M x all eight DeepSeek-R1 (N, K) shapes, K and N at their boundaries, every output
  * and bias dtype, both scale formats, the swapped (decode) and normal paths with and without split-K, poisoned
- * outputs, run-to-run determinism and refusals. Options: --small (a few small cases, for compute-sanitizer),
- * --bench (then times the DSR1 table against cuBLASLt in the same run), --bench-only. Without a device it prints
- * "hopper: skipped: <reason>" and checks only what needs none. */
+ * outputs, run-to-run determinism and refusals. Option --small: a few small cases, for compute-sanitizer. Without a
+ * device it prints "hopper: skipped: <reason>" and checks only what needs none. Timing is `blockfp8 bench`'s job. */
 #include "check.h"
 
 #include "internal.h"
@@ -304,14 +303,18 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
     int64_t *cols = xmalloc(sizeof(int64_t) * (size_t)(n < sample_cols ? n : sample_cols));
     const int64_t nr = pick_indices(m, sample_rows, rows), nc = pick_indices(n, sample_cols, cols);
     const int64_t lda = bfp8_round_up(m, 4);
-    double err2 = 0, ref2 = 0, xy = 0, xx_yy = 0;
-    float *brow = xmalloc(sizeof(float) * (size_t)k), *arow = xmalloc(sizeof(float) * (size_t)k);
-    for (int64_t ci = 0; ok && ci < nc; ci++) {
-        const int64_t j = cols[ci];
-        for (int64_t t = 0; t < k; t++) brow[t] = e4m3_table[o->qb[j * k + t]];
-        for (int64_t ri = 0; ri < nr; ri++) {
-            const int64_t i = rows[ri];
-            for (int64_t t = 0; t < k; t++) arow[t] = e4m3_table[a->qa[i * k + t]];
+    double err2 = 0, ref2 = 0;
+    test_calc_diff cd = {0};
+    /* The sampled weight rows decoded once; rows of the output outer, so calc_diff closes one row at a time. */
+    float *bcols = xmalloc(sizeof(float) * (size_t)(nc * k)), *arow = xmalloc(sizeof(float) * (size_t)k);
+    for (int64_t ci = 0; ci < nc; ci++)
+        for (int64_t t = 0; t < k; t++) bcols[ci * k + t] = e4m3_table[o->qb[cols[ci] * k + t]];
+    for (int64_t ri = 0; ok && ri < nr; ri++) {
+        const int64_t i = rows[ri];
+        for (int64_t t = 0; t < k; t++) arow[t] = e4m3_table[a->qa[i * k + t]];
+        for (int64_t ci = 0; ci < nc; ci++) {
+            const int64_t j = cols[ci];
+            const float *brow = bcols + ci * k;
             double total = 0, raw = 0;
             for (int64_t blk = 0; blk < kb; blk++) {
                 double part = 0;
@@ -324,13 +327,13 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
             const double got = out_f32(y, y_dtype, i * n + j);
             err2 += (got - total) * (got - total);
             ref2 += total * total;
-            xy += got * raw;
-            xx_yy += got * got + raw * raw;
+            test_calc_diff_add(&cd, got, raw);
         }
+        test_calc_diff_row(&cd);
     }
     if (ok) {
         const double rel = sqrt(err2 / (ref2 > 0 ? ref2 : 1e-300));
-        const double diff = 1.0 - 2.0 * xy / (xx_yy > 0 ? xx_yy : 1e-300);
+        const double diff = test_calc_diff_value(&cd);
         CHECK(rel <= tolerance(y_dtype), "%s: rel Frobenius %.3g > %.3g (%lld x %lld sampled)", label, rel,
               tolerance(y_dtype), (long long)nr, (long long)nc);
         /* calc_diff is a mean of FP8 quantization noise (about 7e-4 on these data) against a 1e-3 limit: it is a
@@ -342,7 +345,7 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
             printf("  %-44s rel %.2e  calc_diff %.2e  (%lld x %lld sampled)\n", label, rel, diff, (long long)nr,
                    (long long)nc);
     }
-    free(rows), free(cols), free(brow), free(arow), free(y), free(bias_host);
+    free(rows), free(cols), free(bcols), free(arow), free(y), free(bias_host);
     dev_free(&bias_d), dev_free(&y_d);
     return ok;
 }
@@ -448,100 +451,15 @@ static void test_dsr1(const bfp8_backend *b) {
     }
 }
 
-/* ------------------------------------------------------------------------------------------------------------------
- * Bench: the DSR1 table, hopper vs cuBLASLt in the same run (L2 flushed, median of 30).
- * ---------------------------------------------------------------------------------------------------------------- */
-typedef struct timed_call {
-    const bfp8_backend *b;
-    bfp8_gemm_args args;
-} timed_call;
-
-static bfp8_status timed_fn(void *ctx) {
-    timed_call *c = ctx;
-    return c->b->gemm(c->b, &c->args);
-}
-
-static int cmp_double(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-/* Median time in microseconds, or -1 when the call fails: a failure of hopper is a test failure, one of the
- * comparison backend is reported (once) and its column left empty. */
-static double median_us(const bfp8_backend *b, const bfp8_gemm_args *args, bool must_work) {
-    enum { kIters = 30 };
-    double t[kIters];
-    timed_call c = {b, *args};
-    bfp8_status st = bfp8_cuda_time(timed_fn, &c, 5, kIters, true, NULL, t);
-    if (must_work) CHECK(st == BFP8_OK, "timing %s: %s", b->name, bfp8_last_error());
-    if (st != BFP8_OK) {
-        static int reported;
-        if (!must_work && !reported++) printf("note: %s failed, its column is empty: %s\n", b->name, bfp8_last_error());
-        (void)bfp8_cuda_synchronize(NULL);
-        return -1;
-    }
-    qsort(t, kIters, sizeof *t, cmp_double);
-    return t[kIters / 2];
-}
-
-static void bench(const bfp8_backend *b) {
-    static const int64_t ms[] = {1, 16, 64, 128, 512, 4096};
-    bfp8_dispatcher *d = bfp8_dispatcher_default();
-    const bfp8_backend *lt = d ? bfp8_dispatcher_find(d, "cublaslt") : NULL;
-    printf("\n| M | N | K | hopper us | cublaslt us | speedup | TFLOP/s | GB/s | floor us |\n|---|---|---|---|---|---|---|---|---|\n");
-    double log_sum = 0;
-    int cells = 0, slower = 0;
-    for (int s = 0; s < 8; s++) {
-        const int64_t n = dsr1_shapes[s][0], k = dsr1_shapes[s][1];
-        operands o;
-        operands_make(&o, 4096, n, k, BFP8_SCALE_FP32, 1.0f);
-        acts a = {0};
-        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
-            const int64_t m = ms[mi];
-            acts_make(&a, &o, m);
-            dev_buf y = {0};
-            dev_put(&y, NULL, (size_t)(m * n) * 2);
-            bfp8_gemm_args g = args_of(&o, &a, y.p, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32);
-            const double th = median_us(b, &g, true);
-            double tl = -1;
-            bfp8_problem p;
-            char why[BFP8_REASON_MAX];
-            if (lt && bfp8_problem_from_gemm(&g, &p) == BFP8_OK && bfp8_backend_check(lt, &p, why, sizeof why))
-                tl = median_us(lt, &g, false);
-            const double bytes = (double)n * k + (double)m * k + 2.0 * m * n;
-            const double floor_us = bytes / 4.25e12 * 1e6;
-            const double tflops = 2.0 * m * n * k / (th * 1e-6) / 1e12;
-            const double gbs = bytes / (th * 1e-6) / 1e9;
-            char sp[32] = "n/a";
-            if (tl > 0 && th > 0) {
-                snprintf(sp, sizeof sp, "%.2fx", tl / th);
-                log_sum += log(tl / th);
-                cells++;
-                if (th > tl) slower++;
-            }
-            printf("| %lld | %lld | %lld | %.1f | %.1f | %s | %.0f | %.0f | %.1f |\n", (long long)m, (long long)n,
-                   (long long)k, th, tl, sp, tflops, gbs, floor_us);
-            fflush(stdout);
-            dev_free(&y);
-        }
-        acts_free(&a);
-        operands_free(&o);
-    }
-    if (cells) printf("geomean speedup vs cublaslt over %d cells: %.3fx; cells slower than cublaslt: %d\n", cells,
-                      exp(log_sum / cells), slower);
-}
 #endif
 
 int main(int argc, char **argv) {
     test_seed();
-    bool small_only = false, do_bench = false, bench_only = false;
-    for (int i = 1; i < argc; i++) {
+    bool small_only = false;
+    for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--small") == 0) small_only = true;
-        if (strcmp(argv[i], "--bench") == 0) do_bench = true;
-        if (strcmp(argv[i], "--bench-only") == 0) do_bench = bench_only = true;
-    }
 #ifndef BFP8_WITH_CUDA
-    (void)small_only, (void)do_bench, (void)bench_only;
+    (void)small_only;
     printf("hopper: skipped: built without CUDA\n");
     CHECK(1, "nothing to run");
     return TEST_SUMMARY("hopper");
@@ -567,13 +485,10 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < 256; i++) e4m3_table[i] = bfp8_e4m3_to_f32((uint8_t)i);
     const clock_t t0 = clock();
-    if (!bench_only) {
-        test_small(b);
-        test_refusals(b);
-        if (!small_only) test_dsr1(b);
-    }
+    test_small(b);
+    test_refusals(b);
+    if (!small_only) test_dsr1(b);
     printf("correctness: %.1f s CPU\n", (double)(clock() - t0) / CLOCKS_PER_SEC);
-    if (do_bench) bench(b);
     return TEST_SUMMARY("hopper");
 #endif
 }

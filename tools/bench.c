@@ -3,6 +3,7 @@
  * backend that cannot run a cell reports "n/a" instead of silently timing another one.
  * `bench --model ...` is the whole-model benchmark of tools/bench_model.c. */
 #include "cli.h"
+#include "internal.h" /* bfp8_act_layout, bfp8_first_layout, bfp8_layouts_for_format */
 
 #include <inttypes.h>
 #include <math.h>
@@ -18,7 +19,7 @@
 static const char USAGE[] =
     "usage: blockfp8 bench [--device cpu|cuda] [--backend NAME|all] [--shapes dsr1|NxK,...] [--m LIST]\n"
     "                      [--out-dtype bf16|fp16|fp32] [--scale-format fp32|ue8m0] [--baseline NAME]\n"
-    "                      [--json FILE] [--iters N] [--warmup N] [--threads N] [--seed S]\n"
+    "                      [--json FILE] [--iters N] [--warmup N] [--threads N] [--seed S] [--l2 clean|dirty|keep]\n"
     "       blockfp8 bench --model dsr1 ...   (the whole-model benchmark: blockfp8 bench --model dsr1 --help)\n"
     "\n"
     "Times y = x @ W^T on random block-quantized operands: the median of --iters runs per cell after --warmup\n"
@@ -38,7 +39,11 @@ static const char USAGE[] =
     "  --iters N         timed runs per cell (default 5 on cpu, 50 on cuda)\n"
     "  --warmup N        untimed runs first (default 1 on cpu, 5 on cuda)\n"
     "  --threads N       CPU threads (default: BFP8_NUM_THREADS or every core)\n"
-    "  --seed S          random data seed (default: fresh)\n";
+    "  --seed S          random data seed (default: fresh)\n"
+    "  --l2 F            cuda: the L2 before each timed run. clean (default): a read of twice its size, so no\n"
+    "                    operand is cached and no line is dirty; dirty: a write of that size (no operand cached,\n"
+    "                    but the run pays to write back the flush's dirty lines, as after PyTorch's zero_());\n"
+    "                    keep: no flush\n";
 
 #define MAX_SHAPES 32
 #define MAX_MS 32
@@ -57,6 +62,7 @@ typedef struct bench_opts {
     bfp8_dtype out_dtype;
     bfp8_scale_format format;
     int64_t iters, warmup, threads, seed;
+    bfp8_l2_flush l2;
 } bench_opts;
 
 /* One timed thing: a backend through the strict dispatcher, or the OpenBLAS baseline. */
@@ -93,7 +99,7 @@ static bfp8_status time_median(const bench_opts *o, bfp8_status (*fn)(void *), v
     if (!t) return BFP8_ERR_OUT_OF_MEMORY;
     bfp8_status st = BFP8_OK;
     if (o->device == BFP8_DEVICE_CUDA) {
-        st = bfp8_cuda_time(fn, ctx, (int)o->warmup, (int)o->iters, true, NULL, t);
+        st = bfp8_cuda_time(fn, ctx, (int)o->warmup, (int)o->iters, o->l2, NULL, t);
     } else {
         for (int64_t i = 0; i < o->warmup && st == BFP8_OK; i++) st = fn(ctx);
         for (int64_t i = 0; i < o->iters && st == BFP8_OK; i++) {
@@ -105,16 +111,6 @@ static bfp8_status time_median(const bench_opts *o, bfp8_status (*fn)(void *), v
     if (st == BFP8_OK) *median_us = cli_median(t, (int)o->iters);
     free(t);
     return st;
-}
-
-/* The first layout of `offered` that suits the scale format (packed UE8M0 only for UE8M0 scales). */
-static bfp8_scale_layout pick_layout(uint32_t offered, bfp8_scale_format format) {
-    for (int l = 0; l < BFP8_LAYOUT_COUNT; l++) {
-        if (!(offered & BFP8_BIT(l))) continue;
-        if (l == BFP8_LAYOUT_PACKED_UE8M0 && format != BFP8_SCALE_UE8M0) continue;
-        return (bfp8_scale_layout)l;
-    }
-    return BFP8_LAYOUT_ROW_MAJOR;
 }
 
 /* Host scales in row-major -> a copy in `layout` (host), malloc'ed into *data. */
@@ -195,6 +191,9 @@ typedef struct bench_state {
     bool first_is_baseline; /* backends[0] is the baseline (cublaslt) */
     json_out json;
     int cells, cells_total;
+    /* Per backend, over the cells with a baseline ratio: sum of log(ratio), count, cells slower than the baseline. */
+    double log_ratio_sum[MAX_BACKENDS];
+    int ratio_cells[MAX_BACKENDS], slower_cells[MAX_BACKENDS];
 } bench_state;
 
 static double frobenius_diff(const void *y, bfp8_dtype dt, const float *ref, int64_t count) {
@@ -284,8 +283,8 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
 #endif
         for (int bi = 0; bi < s->nbackends && rc == CLI_OK; bi++) {
             const bfp8_backend *be = s->backends[bi];
-            bfp8_scale_layout la = pick_layout(be->caps.a_layouts, o->format);
-            bfp8_scale_layout lb = pick_layout(be->caps.b_layouts, o->format);
+            bfp8_scale_layout la = bfp8_act_layout(be->caps.a_layouts & bfp8_layouts_for_format(o->format));
+            bfp8_scale_layout lb = bfp8_first_layout(be->caps.b_layouts & bfp8_layouts_for_format(o->format));
             bfp8_scales sa_l = {0}, sb_l = {0};
             void *sa_data = NULL, *sb_data = NULL, *dev[5] = {0};
             bfp8_gemm_args g = {.m = m, .n = n, .k = k, .a = qa, .b = qb, .y = y, .y_dtype = o->out_dtype,
@@ -368,6 +367,11 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
             double ratio = base_us > 0 ? base_us / us : 0;
             char rbuf[32] = "-";
             if (ratio > 0) snprintf(rbuf, sizeof rbuf, "%.2fx", ratio);
+            if (ratio > 0 && !(s->first_is_baseline && bi == 0)) {
+                s->log_ratio_sum[bi] += log(ratio);
+                s->ratio_cells[bi]++;
+                s->slower_cells[bi] += ratio < 1.0;
+            }
             printf("%-10s %6" PRId64 " %6" PRId64 " %6" PRId64 " %10.1f %9.3f %9.1f %9s\n", be->name, m, n, k, us,
                    flops / us * 1e-6, bytes / us * 1e-3, rbuf);
             char extra[64];
@@ -390,7 +394,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--model") == 0 || strncmp(argv[i], "--model=", 8) == 0) return cmd_bench_model(argc, argv);
     bench_opts o = {.device = BFP8_DEVICE_CPU, .out_dtype = BFP8_DTYPE_BF16, .format = BFP8_SCALE_FP32,
-                    .iters = -1, .warmup = -1, .threads = 0, .seed = 0};
+                    .iters = -1, .warmup = -1, .threads = 0, .seed = 0, .l2 = BFP8_L2_CLEAN};
     const char *shapes = "dsr1", *ms = NULL;
     int rc;
     for (int i = 1; i < argc; i++) {
@@ -428,6 +432,11 @@ int cmd_bench(int argc, char **argv) {
             if ((rc = cli_want_i64(cmd, USAGE, "--warmup", v, 0, 100000, &o.warmup)) != CLI_OK) return rc;
         } else if (cli_opt(argc, argv, &i, "--threads", &v)) {
             if ((rc = cli_want_i64(cmd, USAGE, "--threads", v, 1, 256, &o.threads)) != CLI_OK) return rc;
+        } else if (cli_opt(argc, argv, &i, "--l2", &v)) {
+            if (v && strcmp(v, "clean") == 0) o.l2 = BFP8_L2_CLEAN;
+            else if (v && strcmp(v, "dirty") == 0) o.l2 = BFP8_L2_DIRTY;
+            else if (v && strcmp(v, "keep") == 0) o.l2 = BFP8_L2_KEEP;
+            else return cli_usage_error(cmd, USAGE, "--l2: '%s' is not clean, dirty or keep", v ? v : "");
         } else if (cli_opt(argc, argv, &i, "--seed", &v)) {
             if ((rc = cli_want_i64(cmd, USAGE, "--seed", v, 0, INT64_MAX, &o.seed)) != CLI_OK) return rc;
         } else {
@@ -518,9 +527,10 @@ int cmd_bench(int argc, char **argv) {
     cli_rng_init(&rng, seed);
     s.cells_total = o.nshapes * o.nms;
     printf("# blockfp8 bench: device %s, out %s, scales %s, %" PRId64 " warmup + %" PRId64
-           " timed runs (median), seed %" PRIu64 "\n",
+           " timed runs (median), seed %" PRIu64 "%s\n",
            bfp8_device_name(o.device), bfp8_dtype_name(o.out_dtype), bfp8_scale_format_name(o.format), o.warmup,
-           o.iters, seed);
+           o.iters, seed,
+           !cuda ? "" : o.l2 == BFP8_L2_CLEAN ? ", L2 flushed clean" : o.l2 == BFP8_L2_DIRTY ? ", L2 flushed dirty" : ", L2 kept");
     if (!cuda) printf("# cpu threads: %d\n", bfp8_get_num_threads());
 #ifdef BFP8_HAVE_OPENBLAS
     if (o.baseline && !cuda)
@@ -532,6 +542,14 @@ int cmd_bench(int argc, char **argv) {
            "vs_base");
     rc = CLI_OK;
     for (int si = 0; si < o.nshapes && rc == CLI_OK; si++) rc = bench_shape(&s, o.shapes[si][0], o.shapes[si][1], &rng);
+    if (rc == CLI_OK && o.baseline) {
+        printf("# summary vs %s (ratio = %s time / backend time; above 1 is faster)\n", o.baseline, o.baseline);
+        for (int bi = 0; bi < s.nbackends; bi++)
+            if (s.ratio_cells[bi])
+                printf("# %-12s geomean %.3fx over %d cells, slower than %s in %d\n", s.backends[bi]->name,
+                       exp(s.log_ratio_sum[bi] / s.ratio_cells[bi]), s.ratio_cells[bi], o.baseline,
+                       s.slower_cells[bi]);
+    }
     if (s.json.f) {
         fputs("\n]\n", s.json.f);
         if (fclose(s.json.f) != 0 && rc == CLI_OK)

@@ -71,7 +71,7 @@ static bfp8_status time_layer(layer_run *r, int iters, double *median_us) {
     double times[64];
     if (iters > 64) iters = 64;
     if (r->args.device == BFP8_DEVICE_CUDA) {
-        bfp8_status st = bfp8_cuda_time(run_layer, r, 2, iters, true, NULL, times);
+        bfp8_status st = bfp8_cuda_time(run_layer, r, 2, iters, BFP8_L2_CLEAN, NULL, times);
         if (st == BFP8_OK) *median_us = cli_median(times, iters);
         return st;
     }

@@ -21,7 +21,10 @@ bfp8_cuda_scale_view bfp8_cuda_scale_view_of(const bfp8_scales *s);
 
 extern const bfp8_backend bfp8_backend_cuda_generic;
 extern const bfp8_backend bfp8_backend_cublaslt;
-/* Defined in hopper.cu. */
+/* Defined in hopper.cu. The backend, and its kernel for cuda_generic: whether it takes `args` on a device of
+ * compute capability `arch` (false with the reason in why), and the run of a problem it took. */
 const bfp8_backend *bfp8_hopper_backend(void);
+bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size);
+bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms);
 
 #endif

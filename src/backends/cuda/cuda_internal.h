@@ -49,6 +49,8 @@ int bfp8_cuda_generic_launch(const bfp8_cuda_gemm_desc *d, const bfp8_cuda_gemm_
                              void *stream);
 /* Fills `bytes` of device memory with a byte pattern through a kernel (the L2 flush of bfp8_cuda_time). */
 int bfp8_cuda_launch_fill(void *ptr, size_t bytes, unsigned value, void *stream);
+/* Reads `bytes` (a multiple of 16) of device memory through a kernel (the clean L2 flush); sink is a device word. */
+int bfp8_cuda_launch_read(const void *ptr, size_t bytes, unsigned *sink, void *stream);
 
 #ifdef __cplusplus
 }

@@ -173,25 +173,30 @@ bfp8_status bfp8_cuda_free_async(void *ptr, void *stream) {
 
 /* ---- timing ------------------------------------------------------------------------------------------------ */
 
-bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bool flush_l2,
+bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bfp8_l2_flush flush,
                            void *stream, double *times_us) {
     BFP8_CHECK_ARG(fn && times_us, "bfp8_cuda_time: fn or times_us is NULL");
     BFP8_CHECK_ARG(warmup >= 0 && iters > 0, "bfp8_cuda_time: warmup=%d iters=%d (need warmup >= 0, iters > 0)",
                    warmup, iters);
+    BFP8_CHECK_ARG(flush == BFP8_L2_KEEP || flush == BFP8_L2_CLEAN || flush == BFP8_L2_DIRTY,
+                   "bfp8_cuda_time: unknown L2 flush mode %d", (int)flush);
     BFP8_TRY(require_device("bfp8_cuda_time"));
     bfp8_cuda_device_info info;
     BFP8_TRY(bfp8_cuda_device_info_get(&info));
     cudaStream_t s = (cudaStream_t)stream;
-    /* Writing twice the L2's size evicts whatever the previous call left there. */
-    size_t flush_bytes = flush_l2 ? 2 * (size_t)(info.l2_bytes > 0 ? info.l2_bytes : 64 << 20) : 0;
-    void *flush = NULL;
+    /* Twice the L2's size, read or written, evicts whatever the previous call left there. The last word is the
+     * read kernel's sink. */
+    size_t flush_bytes = flush != BFP8_L2_KEEP ? 2 * (size_t)(info.l2_bytes > 0 ? info.l2_bytes : 64 << 20) : 0;
+    void *buf = NULL;
     cudaEvent_t *ev = calloc(2 * (size_t)iters, sizeof *ev);
     if (!ev) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_cuda_time: %d events", 2 * iters);
     bfp8_status st = BFP8_OK;
     int created = 0;
     cudaError_t err = cudaSuccess;
     if (flush_bytes) {
-        err = cudaMalloc(&flush, flush_bytes);
+        err = cudaMalloc(&buf, flush_bytes + 16);
+        /* Written once (untimed), so that the clean flush reads initialized memory. */
+        if (err == cudaSuccess) err = (cudaError_t)bfp8_cuda_launch_fill(buf, flush_bytes + 16, 0x5A, s);
         if (err != cudaSuccess) {
             st = bfp8_cuda_error(err, "bfp8_cuda_time: L2 flush buffer");
             goto done;
@@ -206,12 +211,13 @@ bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, 
     }
     for (int i = 0; i < warmup && st == BFP8_OK; i++) st = fn(ctx);
     for (int i = 0; i < iters && st == BFP8_OK; i++) {
-        if (flush) {
-            err = (cudaError_t)bfp8_cuda_launch_fill(flush, flush_bytes, (unsigned)i, s);
-            if (err != cudaSuccess) {
-                st = bfp8_cuda_error(err, "bfp8_cuda_time: L2 flush");
-                break;
-            }
+        if (flush == BFP8_L2_DIRTY)
+            err = (cudaError_t)bfp8_cuda_launch_fill(buf, flush_bytes, (unsigned)i, s);
+        else if (flush == BFP8_L2_CLEAN)
+            err = (cudaError_t)bfp8_cuda_launch_read(buf, flush_bytes, (unsigned *)((char *)buf + flush_bytes), s);
+        if (err != cudaSuccess) {
+            st = bfp8_cuda_error(err, "bfp8_cuda_time: L2 flush");
+            break;
         }
         err = cudaEventRecord(ev[2 * i], s);
         if (err == cudaSuccess) st = fn(ctx);
@@ -232,7 +238,7 @@ done:
     if (st != BFP8_OK) (void)cudaStreamSynchronize(s);
     for (int i = 0; i < created; i++) cudaEventDestroy(ev[i]);
     free(ev);
-    if (flush) cudaFree(flush);
+    if (buf) cudaFree(buf);
     return st;
 }
 

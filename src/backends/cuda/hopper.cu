@@ -34,6 +34,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,8 @@ extern "C" {
 }
 
 extern "C" const bfp8_backend *bfp8_hopper_backend(void);
+extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size);
+extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms);
 
 namespace {
 
@@ -236,8 +239,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
             mbar_init(full0 + 8 * s, 1);
-            /* Every consumer thread arrives; with MCAST one arrival per consumer warp of each CTA. */
-            mbar_init(empty0 + 8 * s, MCAST ? 2 * 8 : 2 * 128);
+            /* One arrival per consumer warp (of each CTA with MCAST): 256 per-thread arrivals on one barrier per K
+             * block cost shared-memory atomics for nothing. */
+            mbar_init(empty0 + 8 * s, MCAST ? 2 * 8 : 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -327,11 +331,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                     total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
                 }
             }
-            if (MCAST) {
-                __syncwarp(); /* every lane has read its scales; the MMAs were waited for */
-                if (lane == 0) mbar_arrive_local_and_peer(empty0 + 8 * st, rank ^ 1);
-            } else {
-                mbar_arrive(empty0 + 8 * st);
+            __syncwarp(); /* every lane has read its scales; the MMAs were waited for */
+            if (lane == 0) {
+                if (MCAST)
+                    mbar_arrive_local_and_peer(empty0 + 8 * st, rank ^ 1);
+                else
+                    mbar_arrive(empty0 + 8 * st);
             }
         };
 
@@ -528,7 +533,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* Sums the split-K partials in split order, adds the bias, rounds once. With vec (n % 4 == 0, y 16-byte aligned)
- * each thread handles four adjacent outputs with 16-byte loads. */
+ * each thread handles four adjacent outputs with 16-byte loads. The loads of up to kLoadsInFlight splits are issued
+ * before they are added: a decode-sized reduce has few threads, and one dependent load after another (~0.5 us each
+ * from HBM) made it latency-bound (7 us for 16 splits of 7168 outputs, measured with ncu). */
+constexpr int kLoadsInFlight = 8;
+
 __global__ void hopper_splitk_reduce(const float *__restrict__ ws, int splits, int64_t m, int64_t n,
                                      const void *__restrict__ bias, int bias_dtype, void *__restrict__ y, int y_dtype,
                                      int vec) {
@@ -540,12 +549,17 @@ __global__ void hopper_splitk_reduce(const float *__restrict__ ws, int splits, i
     const int64_t step = (int64_t)gridDim.x * blockDim.x;
     if (vec) {
         for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < mn; i += step * 4) {
-            float4 v = *(const float4 *)(ws + i);
-            for (int s = 1; s < splits; s++) {
-                const float4 w = *(const float4 *)(ws + s * mn + i);
-                v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+            float4 v = make_float4(-0.0f, -0.0f, -0.0f, -0.0f); /* -0 + x == x for every x */
+            for (int s0 = 0; s0 < splits; s0 += kLoadsInFlight) {
+                float4 part[kLoadsInFlight];
+#pragma unroll
+                for (int j = 0; j < kLoadsInFlight; j++)
+                    if (s0 + j < splits) part[j] = *(const float4 *)(ws + (s0 + j) * mn + i);
+#pragma unroll
+                for (int j = 0; j < kLoadsInFlight; j++)
+                    if (s0 + j < splits) v.x += part[j].x, v.y += part[j].y, v.z += part[j].z, v.w += part[j].w;
             }
-            if (bias_dtype >= 0) {
+    if (bias_dtype >= 0) {
                 const int64_t c = i % n;
                 v.x += bfp8_dev_load_f32(bias, bias_dtype, c);
                 v.y += bfp8_dev_load_f32(bias, bias_dtype, c + 1);
@@ -571,8 +585,16 @@ __global__ void hopper_splitk_reduce(const float *__restrict__ ws, int splits, i
         return;
     }
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn; i += step) {
-        float v = 0.0f;
-        for (int s = 0; s < splits; s++) v += ws[s * mn + i];
+        float v = -0.0f;
+        for (int s0 = 0; s0 < splits; s0 += kLoadsInFlight) {
+            float part[kLoadsInFlight];
+#pragma unroll
+            for (int j = 0; j < kLoadsInFlight; j++)
+                if (s0 + j < splits) part[j] = ws[(s0 + j) * mn + i];
+#pragma unroll
+            for (int j = 0; j < kLoadsInFlight; j++)
+                if (s0 + j < splits) v += part[j];
+        }
         if (bias_dtype >= 0) v += bfp8_dev_load_f32(bias, bias_dtype, i % n);
         bfp8_dev_store_f32(y, y_dtype, i, v);
     }
@@ -600,10 +622,12 @@ bool mcast_enabled(void) {
 }
 
 /* Swap A and B while M fits one Q tile (decode). Split K when there are too few tiles to fill the SMs evenly,
- * choosing the split count that minimizes a simple time model: waves of units x K blocks per unit x the time of one
- * block on one SM, plus the workspace traffic and the extra launch of a split. A block's time is the larger of its
- * weight bytes from HBM at a 1/sms share of the bandwidth (activations and, at large M, weights come from L2) and
- * its FLOPs at a 1/sms share of ~1000 TFLOP/s. */
+ * choosing the split count that minimizes a simple time model: waves of units x (K blocks per unit x the time of
+ * one block on one SM + a fixed cost per unit), plus the workspace traffic and the reduce of a split. A block's time
+ * is the larger of its weight bytes from HBM at a 1/sms share of the bandwidth (activations and, at large M,
+ * weights come from L2) and its FLOPs at a 1/sms share of ~1000 TFLOP/s. The per-unit cost (~0.5 us: epilogue,
+ * barriers, pipeline refill) and the reduce's ~2 us come from ncu on the H200: M=1 7168x2048 was split 16 ways
+ * into one-block units (GEMM 9.6 us + reduce 7 us) where 2 splits model faster (bench/hopper-notes.md, v4). */
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     Plan pl = {};
     pl.swap = m <= 128;
@@ -631,8 +655,8 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
         if (real_s != s) continue;
         const int64_t units = tiles * s;
         const int64_t waves = (units + sms - 1) / sms;
-        double t_s = (double)waves * per * block_s;
-        if (s > 1) t_s += ((double)s * m * n * 8.0) / chip_bw + 3.0e-6; /* partials out and back, one launch */
+        double t_s = (double)waves * (per * block_s + 0.5e-6);
+        if (s > 1) t_s += ((double)s * m * n * 8.0) / chip_bw + 2.0e-6; /* partials out and back, the reduce */
         if (t_s < best * 0.97) {
             best = t_s;
             best_s = s;
@@ -714,7 +738,7 @@ bfp8_status encode_map(CUtensorMap *map, CUtensorMapDataType type, size_t elem, 
 
 template <int BQ, bool SWAP, bool MCAST>
 cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms, const CUtensorMap &my,
-                          const HopperParams &hp, int grid, cudaStream_t stream) {
+                          const HopperParams &hp, int grid, cudaStream_t stream, int *launched) {
     auto kernel = hopper_gemm_kernel<BQ, SWAP, MCAST>;
     const int smem = Config<BQ, SWAP>::kSmemBytes;
     static bool attr_set = false; /* idempotent: a race only sets it twice */
@@ -724,6 +748,7 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
         attr_set = true;
     }
     if (!MCAST) {
+        *launched = grid;
         kernel<<<grid, kThreads, smem, stream>>>(mp, mq, ms, my, hp);
         return cudaGetLastError();
     }
@@ -750,24 +775,25 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
     int clusters = grid / 2;
     if (clusters > max_clusters) clusters = max_clusters;
     cfg.gridDim = dim3(2 * clusters, 1, 1);
+    *launched = 2 * clusters;
     return cudaLaunchKernelEx(&cfg, kernel, mp, mq, ms, my, hp);
 }
 
 cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
-                           const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream) {
+                           const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream, int *launched) {
     if (!pl.swap)
-        return pl.mcast ? launch_kernel<128, false, true>(mp, mq, ms, my, hp, pl.grid, stream)
-                        : launch_kernel<128, false, false>(mp, mq, ms, my, hp, pl.grid, stream);
+        return pl.mcast ? launch_kernel<128, false, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
+                        : launch_kernel<128, false, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     switch (pl.bq) {
-    case 8: return launch_kernel<8, true, false>(mp, mq, ms, my, hp, pl.grid, stream);
-    case 16: return launch_kernel<16, true, false>(mp, mq, ms, my, hp, pl.grid, stream);
-    case 32: return launch_kernel<32, true, false>(mp, mq, ms, my, hp, pl.grid, stream);
+    case 8: return launch_kernel<8, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
+    case 16: return launch_kernel<16, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
+    case 32: return launch_kernel<32, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     case 64:
-        return pl.mcast ? launch_kernel<64, true, true>(mp, mq, ms, my, hp, pl.grid, stream)
-                        : launch_kernel<64, true, false>(mp, mq, ms, my, hp, pl.grid, stream);
+        return pl.mcast ? launch_kernel<64, true, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
+                        : launch_kernel<64, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     default:
-        return pl.mcast ? launch_kernel<128, true, true>(mp, mq, ms, my, hp, pl.grid, stream)
-                        : launch_kernel<128, true, false>(mp, mq, ms, my, hp, pl.grid, stream);
+        return pl.mcast ? launch_kernel<128, true, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
+                        : launch_kernel<128, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     }
 }
 
@@ -783,31 +809,44 @@ bool tma_store_enabled(void) {
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
-    (void)self;
+/* BFP8_LOG containing "hopper": one stderr line per call with the plan (path, tile, splits, grid). Read once. */
+bool log_plans(void) {
+    static const bool on = [] {
+        const char *e = getenv("BFP8_LOG");
+        return e && strstr(e, "hopper") != nullptr;
+    }();
+    return on;
+}
+
+/* Why this kernel cannot run `args` (written to why), or true when it can: what the caps promise the dispatcher
+ * (checked again because cuda_generic and direct callers reach the kernel too) plus the run-time conditions. */
+bool hopper_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size) {
+    const int64_t m = args->m, n = args->n, k = args->k;
+    if (args->device != BFP8_DEVICE_CUDA) {
+        snprintf(why, why_size, "data must be on the CUDA device");
+    } else if (arch != 90) {
+        snprintf(why, why_size, "needs sm_90 (this device is sm_%d)", arch);
+    } else if (k < 16 || k % 16 != 0) {
+        snprintf(why, why_size, "K=%lld is not a multiple of 16", (long long)k);
+    } else if (args->a_scales.layout != BFP8_LAYOUT_MN_MAJOR_ALIGNED ||
+               args->b_scales.layout != BFP8_LAYOUT_ROW_MAJOR) {
+        snprintf(why, why_size, "needs activation scales mn_major_aligned and weight scales row_major (got %s, %s)",
+                 bfp8_scale_layout_name(args->a_scales.layout), bfp8_scale_layout_name(args->b_scales.layout));
+    } else if (!aligned16(args->a) || !aligned16(args->b) || !aligned16(args->a_scales.data)) {
+        snprintf(why, why_size, "A, B and the activation scales must be 16-byte aligned (TMA): %p %p %p",
+                 (const void *)args->a, (const void *)args->b, args->a_scales.data);
+    } else if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
+        snprintf(why, why_size, "dimensions beyond 2^31-1 (TMA coordinates)");
+    } else {
+        return true;
+    }
+    return false;
+}
+
+/* Runs a problem hopper_takes() accepted. */
+bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     const int64_t m = args->m, n = args->n, k = args->k;
     if (m == 0 || n == 0) return BFP8_OK;
-    /* What the caps promise the dispatcher; re-checked because a caller may reach gemm() directly. */
-    if (args->device != BFP8_DEVICE_CUDA)
-        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "hopper: data must be on the CUDA device");
-    if (k < 16 || k % 16 != 0) return bfp8_fail(BFP8_ERR_UNSUPPORTED, "hopper: K=%lld is not a multiple of 16", (long long)k);
-    if (args->a_scales.layout != BFP8_LAYOUT_MN_MAJOR_ALIGNED || args->b_scales.layout != BFP8_LAYOUT_ROW_MAJOR)
-        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "hopper: needs activation scales mn_major_aligned and weight scales "
-                                               "row_major (got %s, %s)",
-                         bfp8_scale_layout_name(args->a_scales.layout), bfp8_scale_layout_name(args->b_scales.layout));
-    if (!aligned16(args->a) || !aligned16(args->b) || !aligned16(args->a_scales.data))
-        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "hopper: A, B and the activation scales must be 16-byte aligned "
-                                               "(TMA): %p %p %p",
-                         (const void *)args->a, (const void *)args->b, args->a_scales.data);
-    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
-        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "hopper: dimensions beyond 2^31-1 (TMA coordinates)");
-
-    bfp8_cuda_device_info info;
-    BFP8_TRY(bfp8_cuda_device_info_get(&info));
-    const int sms = info.num_sms;
-    if (info.arch != 90)
-        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "hopper: needs sm_90 (this device is sm_%d)", info.arch);
-
     const Plan pl = make_plan(m, n, k, sms);
     const int64_t kblocks = bfp8_ceil_div(k, kBK);
     const int64_t sa_ld = bfp8_round_up(m, 4);
@@ -850,7 +889,13 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
         BFP8_TRY(bfp8_cuda_malloc_async(&ws, bytes, args->stream));
         hp.workspace = (float *)ws;
     }
-    cudaError_t e = launch_planned(pl, map_p, map_q, map_sa, map_y, hp, stream);
+    int launched = 0;
+    cudaError_t e = launch_planned(pl, map_p, map_q, map_sa, map_y, hp, stream, &launched);
+    if (log_plans())
+        fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s BQ=%d splits=%d (K blocks per split %d) units=%d "
+                        "grid=%d%s\n",
+                (long long)m, (long long)n, (long long)k, pl.swap ? "swapped" : "normal", pl.bq, pl.splits,
+                pl.kb_per_split, pl.units, launched, pl.mcast ? " (clusters of 2, multicast)" : "");
     if (e == cudaSuccess && pl.splits > 1) {
         const int64_t mn = m * n;
         const int vec = (n % 4 == 0) && ((uintptr_t)args->y % 16 == 0);
@@ -878,6 +923,16 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
                          (long long)m, (long long)n, (long long)k, pl.swap ? "swapped" : "normal", pl.bq, pl.splits,
                          cudaGetErrorString(e));
     return BFP8_OK;
+}
+
+bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
+    (void)self;
+    if (args->m == 0 || args->n == 0) return BFP8_OK;
+    bfp8_cuda_device_info info;
+    BFP8_TRY(bfp8_cuda_device_info_get(&info));
+    char why[BFP8_REASON_MAX];
+    if (!hopper_takes(args, info.arch, why, sizeof why)) return bfp8_fail(BFP8_ERR_UNSUPPORTED, "hopper: %s", why);
+    return hopper_run(args, info.num_sms);
 }
 
 /* Where `hopper` is measured faster than cuBLASLt (bench/hopper-notes.md, against the cuBLASLt anchors of
@@ -920,3 +975,9 @@ const bfp8_backend kHopperBackend = {
 } // namespace
 
 extern "C" const bfp8_backend *bfp8_hopper_backend(void) { return &kHopperBackend; }
+
+extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size) {
+    return hopper_takes(args, arch, why, why_size);
+}
+
+extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms) { return hopper_run(args, sms); }

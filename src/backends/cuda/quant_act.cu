@@ -86,12 +86,24 @@ extern "C" int bfp8_cuda_launch_quantize_act(const void *x, int x_dtype, int64_t
     return (int)cudaGetLastError();
 }
 
+
 namespace {
 __global__ void fill_kernel(uint4 *p, size_t n16, uint8_t *tail, size_t tail_bytes, unsigned value) {
     const uint4 v = make_uint4(value, value, value, value);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x)
         p[i] = v;
     if (blockIdx.x == 0 && threadIdx.x < tail_bytes) tail[threadIdx.x] = (uint8_t)value;
+}
+
+/* Reads n16 16-byte words. The store guarded by a test on the XOR of everything read (practically never taken)
+ * keeps the compiler from dropping the loads. */
+__global__ void read_kernel(const uint4 *p, size_t n16, unsigned *sink) {
+    unsigned acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9E3779B9u) *sink = acc;
 }
 } // namespace
 
@@ -100,5 +112,10 @@ extern "C" int bfp8_cuda_launch_fill(void *ptr, size_t bytes, unsigned value, vo
     value = (value & 0xFFu) * 0x01010101u;
     fill_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((uint4 *)ptr, n16, (uint8_t *)ptr + n16 * 16, bytes % 16,
                                                         value);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int bfp8_cuda_launch_read(const void *ptr, size_t bytes, unsigned *sink, void *stream) {
+    read_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((const uint4 *)ptr, bytes / 16, sink);
     return (int)cudaGetLastError();
 }
