@@ -45,6 +45,8 @@ export BFP8_REQUIRE_CUDA=1
 quick=${GPU_CHECK_QUICK:-0}
 [ "$quick" = 1 ] || step unit-suite sh tests/run-unit.sh build >>"$out/unit.log" 2>&1
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
+# The hopper kernel's 192-wide normal tile on every normal-path case (the plan picks it only at large M and N).
+step hopper_bq192 env BFP8_HOPPER_BQ=192 timeout 300 build/tests/test_hopper >"$out/test_hopper_bq192.log" 2>&1
 
 # --- compute-sanitizer on a small run -------------------------------------------------------------------------------
 sanitize() {
@@ -54,6 +56,8 @@ sanitize() {
         BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda ||
             return 1
         timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small || return 1
+        BFP8_HOPPER_BQ=192 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper \
+            --small || return 1
     done
 }
 step sanitizer sanitize >"$out/sanitizer.log" 2>&1
@@ -65,6 +69,7 @@ sass() {
         echo "== $f"
         cuobjdump --dump-sass "$f" | awk '/arch = sm_/ {arch=$NF} /Function :/ {fn=$NF}
             match($0, /(HMMA|QMMA|IMMA|HGMMA|QGMMA|WGMMA)[.A-Za-z0-9]*/) {c[arch" "substr($0,RSTART,RLENGTH)]++}
+            / (LDL|STL)[. ]/ {c[arch" local-memory LDL/STL (spills)"]++}
             END {for (x in c) print "  " x ": " c[x]}' | sort
     done
 }
@@ -77,11 +82,12 @@ step sass sass >>"$out/build.log" 2>&1
     --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --json "$out/bench.json" >"$out/bench.log" 2>"$out/bench.err"
 
 # --- summary (printed last) -------------------------------------------------------------------------------------------
-echo "================ gpu-check summary ($(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git))"
+echo "================ gpu-check summary ($(date -u +%FT%TZ), commit ${BFP8_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
 head -2 "$out/unit.log" | tail -1
-for s in build unit-suite test_cuda sanitizer sass probe bench; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
+for s in build unit-suite test_cuda hopper_bq192 sanitizer sass probe bench; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
 echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
 echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
+echo "-- test_hopper with BFP8_HOPPER_BQ=192:"; tail -1 "$out/test_hopper_bq192.log" 2>/dev/null | sed 's/^/  /'
 echo "-- sanitizer:"; grep -E 'SUMMARY|cuda:' "$out/sanitizer.log" | sed 's/^/  /'
 echo "-- sass:"; sed -n '/^== /,$p' "$out/build.log" | sed 's/^/  /'
 echo "-- probe (cuBLASLt limits):"
