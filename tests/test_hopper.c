@@ -305,6 +305,8 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
     const int64_t lda = bfp8_round_up(m, 4);
     double err2 = 0, ref2 = 0;
     test_calc_diff cd = {0};
+    /* Per sampled row, for the report when a check fails: calc_diff, error against the quantized reference. */
+    double *row_cd = xmalloc(sizeof(double) * (size_t)(nr ? nr : 1)), *row_rel = xmalloc(sizeof(double) * (size_t)(nr ? nr : 1));
     /* The sampled weight rows decoded once; rows of the output outer, so calc_diff closes one row at a time. */
     float *bcols = xmalloc(sizeof(float) * (size_t)(nc * k)), *arow = xmalloc(sizeof(float) * (size_t)k);
     for (int64_t ci = 0; ci < nc; ci++)
@@ -312,6 +314,8 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
     for (int64_t ri = 0; ok && ri < nr; ri++) {
         const int64_t i = rows[ri];
         for (int64_t t = 0; t < k; t++) arow[t] = e4m3_table[a->qa[i * k + t]];
+        double row_err2 = 0, row_ref2 = 0;
+        const double cd_before = cd.sum;
         for (int64_t ci = 0; ci < nc; ci++) {
             const int64_t j = cols[ci];
             const float *brow = bcols + ci * k;
@@ -327,9 +331,13 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
             const double got = out_f32(y, y_dtype, i * n + j);
             err2 += (got - total) * (got - total);
             ref2 += total * total;
+            row_err2 += (got - total) * (got - total);
+            row_ref2 += total * total;
             test_calc_diff_add(&cd, got, raw);
         }
         test_calc_diff_row(&cd);
+        row_cd[ri] = cd.sum - cd_before;
+        row_rel[ri] = sqrt(row_err2 / (row_ref2 > 0 ? row_ref2 : 1e-300));
     }
     if (ok) {
         const double rel = sqrt(err2 / (ref2 > 0 ? ref2 : 1e-300));
@@ -340,12 +348,24 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
          * meaningful statistic only over many outputs of full 128-deep blocks (on 3 outputs it reached 1.6e-3). */
         const bool diff_applies = k >= 256 && nr * nc >= 1024;
         CHECK(!diff_applies || diff < 1e-3, "%s: calc_diff vs unquantized %.3g >= 1e-3", label, diff);
-        if (rel > tolerance(y_dtype) || (diff_applies && diff >= 1e-3)) ok = false;
+        if (rel > tolerance(y_dtype) || (diff_applies && diff >= 1e-3)) {
+            ok = false;
+            /* The three rows with the largest calc_diff: quantization noise (error against the quantized reference
+             * small) or a wrong row (large). */
+            for (int t = 0; t < 3 && t < nr; t++) {
+                int64_t worst = 0;
+                for (int64_t ri = 1; ri < nr; ri++)
+                    if (row_cd[ri] > row_cd[worst]) worst = ri;
+                printf("  worst row %lld: calc_diff %.3g, rel error vs the quantized reference %.3g\n",
+                       (long long)rows[worst], row_cd[worst], row_rel[worst]);
+                row_cd[worst] = -1;
+            }
+        }
         if (getenv("BFP8_TEST_VERBOSE"))
             printf("  %-44s rel %.2e  calc_diff %.2e  (%lld x %lld sampled)\n", label, rel, diff, (long long)nr,
                    (long long)nc);
     }
-    free(rows), free(cols), free(bcols), free(arow), free(y), free(bias_host);
+    free(rows), free(cols), free(bcols), free(arow), free(row_cd), free(row_rel), free(y), free(bias_host);
     dev_free(&bias_d), dev_free(&y_d);
     return ok;
 }

@@ -3,13 +3,11 @@
  * y[m,n] = sum_kb sa[m,kb] * sb[n/128,kb] * (sum_{k in kb} a[m,k] b[n,k]) + bias[n], one rounding at the end.
  *
  * The kernel computes a 128 x BQ tile of a product P * Q^T where P and Q are both K-major e4m3 matrices:
- *  - normal (large M): P = A (activations, 128 rows a tile), Q = B (weights, BQ = 128 or 192 rows a tile);
+ *  - normal (large M): P = A (activations, 128 rows a tile), Q = B (weights, BQ = 128 rows a tile);
  *  - swapped (decode, M <= 128): P = B (weights) and Q = A (tokens, BQ = M rounded up to 8..128), so the weight
  *    rows fill wgmma's M dimension and a one-token GEMM does not waste 63/64 of every instruction.
  * Either way a P tile of 128 rows lies inside one 128-row weight block or covers whole activation rows, and a Q
- * tile of BQ <= 128 (aligned) rows lies inside one weight block: such a tile needs one weight scale per K block. The
- * normal path also runs BQ = 192 (fewer L2 bytes and less fixed cost per FLOP at large M); such a Q tile straddles
- * two weight blocks at a multiple of 64 columns, and promotion picks the scale per group of 8 columns.
+ * tile of BQ <= 128 (aligned) rows lies inside one weight block: every tile needs one weight scale per K block.
  *
  * One CTA = 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA loads (P tile, Q tile, and the 128 or
  * BQ activation scales of the K block) into a ring of shared-memory stages, each completing on a "full" mbarrier.
@@ -312,27 +310,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                 bfp8_wgmma<BQ>::run(acc, smem_desc(p_addr + kk * 32), smem_desc(q_addr + kk * 32), kk);
             wgmma_commit();
         };
-        /* total += partial * sa * sb, then the stage goes back to the producer. sb_hi applies to the tile's
-         * columns from hi_col8 * 8 on (normal path: a Q tile of 192 weight rows straddles two weight blocks). */
-        auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], int st, float sb, float sb_hi,
-                           int hi_col8) {
+        /* total += partial * sa * sb, then the stage goes back to the producer. */
+        auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], int st, float sb) {
             const float *sa = scales + st * (C::kScaleSlot / 4);
             if (!SWAP) {
-                /* Accumulator rows: 16*warp + lane/4 (+8); activation scales go with rows. Columns of element i:
-                 * 8*(i/4) + 2*(lane%4) + i%2, so a group of 8 columns never straddles the block boundary. */
+                /* Accumulator rows: 16*warp + lane/4 (+8); activation scales go with rows. */
                 const int r = wg * 64 + warp * 16 + lane / 4;
                 const float s0 = sa[r] * sb, s1 = sa[r + 8] * sb;
-                if constexpr (BQ % 128 == 0) {
 #pragma unroll
-                    for (int i = 0; i < BQ / 2; i++) total[i] = fmaf(acc[i], (i & 2) ? s1 : s0, total[i]);
-                } else {
-                    const float h0 = sa[r] * sb_hi, h1 = sa[r + 8] * sb_hi;
-#pragma unroll
-                    for (int i = 0; i < BQ / 2; i++) {
-                        const bool hi = i / 4 >= hi_col8;
-                        total[i] = fmaf(acc[i], (i & 2) ? (hi ? h1 : s1) : (hi ? h0 : s0), total[i]);
-                    }
-                }
+                for (int i = 0; i < BQ / 2; i++) total[i] = fmaf(acc[i], (i & 2) ? s1 : s0, total[i]);
             } else {
                 /* Accumulator columns: 8*j + 2*(lane%4) (+1); activation scales go with columns (tokens). */
 #pragma unroll
@@ -360,14 +346,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (MCAST) pt = 2 * pt + (int)rank;
             const int kb0 = split * p.kb_per_split;
             const int kb1 = min(p.kblocks, kb0 + p.kb_per_split);
-            /* The weight block(s) of this tile: swapped, the P tile is one; normal, the Q tile lies in one (BQ <=
-             * 128) or straddles two (BQ = 192: from column hi_col8 * 8 on, the next block). */
             const int weight_block = SWAP ? pt : (qt * BQ) / 128;
-            const int last_block = (int)((p.n - 1) / 128);
-            const int hi_block = SWAP ? weight_block : min((qt * BQ + BQ - 1) / 128, last_block);
-            const int hi_col8 = SWAP || hi_block == weight_block ? BQ / 8 : ((weight_block + 1) * 128 - qt * BQ) / 8;
             const float *sb_row = p.sb + (int64_t)weight_block * p.kblocks;
-            const float *sb_hi_row = p.sb + (int64_t)hi_block * p.kblocks;
             float total[BQ / 2];
 #pragma unroll
             for (int i = 0; i < BQ / 2; i++) total[i] = 0.0f;
@@ -375,17 +355,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             /* MMAs of a block, wait, promote. The two consumer warpgroups drift apart and overlap each other's
              * promotion. (Issuing block b+1 into a second accumulator before promoting block b was measured
              * slower: 540 vs 940 TFLOP/s, spills at 232 registers. bench/hopper-notes.md, v2.) */
-            float sb_next = __ldg(sb_row + kb0), sb_hi_next = __ldg(sb_hi_row + kb0);
+            float sb_next = __ldg(sb_row + kb0);
             for (int kb = kb0; kb < kb1; kb++) {
-                const float sb = sb_next, sb_hi = sb_hi_next;
-                if (kb + 1 < kb1) { /* hidden behind this block's MMAs */
-                    sb_next = __ldg(sb_row + kb + 1);
-                    sb_hi_next = __ldg(sb_hi_row + kb + 1);
-                }
+                const float sb = sb_next;
+                if (kb + 1 < kb1) sb_next = __ldg(sb_row + kb + 1); /* hidden behind this block's MMAs */
                 mbar_wait(full0 + 8 * stage, phase);
                 issue(acc, stage);
                 wgmma_wait<0>();
-                promote(total, acc, stage, sb, sb_hi, hi_col8);
+                promote(total, acc, stage, sb);
                 if (++stage == kStages) stage = 0, phase ^= 1;
             }
 
@@ -651,36 +628,13 @@ bool mcast_enabled(void) {
  * weights come from L2) and its FLOPs at a 1/sms share of ~1000 TFLOP/s. The per-unit cost (~0.5 us: epilogue,
  * barriers, pipeline refill) and the reduce's ~2 us come from ncu on the H200: M=1 7168x2048 was split 16 ways
  * into one-block units (GEMM 9.6 us + reduce 7 us) where 2 splits model faster (bench/hopper-notes.md, v4). */
-/* BFP8_HOPPER_BQ=128 or 192 forces the normal path's tile width (for side-by-side measurement); 0 = choose. */
-int forced_normal_bq(void) {
-    static const int bq = [] {
-        const char *e = getenv("BFP8_HOPPER_BQ");
-        const int v = e ? atoi(e) : 0;
-        return v == 128 || v == 192 ? v : 0;
-    }();
-    return bq;
-}
-
-/* The normal path's tile width: 192 moves fewer L2 bytes and pays the per-block fixed cost (barrier waits, the
- * wgmma drain, promotion overhead) over 1.5x the MMAs, so it wins unless its coarser tiles waste a wave. Time
- * model: waves x tile width x cost per column, the 192-wide tile assumed 12% cheaper per column (prediction,
- * bench/hopper-notes.md v4). */
-int normal_bq(int64_t m, int64_t n, int sms) {
-    if (forced_normal_bq()) return forced_normal_bq();
-    const int64_t p_tiles = bfp8_ceil_div(m, kBP);
-    const double cost128 = (double)bfp8_ceil_div(p_tiles * bfp8_ceil_div(n, 128), sms) * 128;
-    const double cost192 = (double)bfp8_ceil_div(p_tiles * bfp8_ceil_div(n, 192), sms) * 192 * 0.88;
-    return cost192 < cost128 ? 192 : 128;
-}
-
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     Plan pl = {};
     pl.swap = m <= 128;
+    pl.bq = 128;
     if (pl.swap) {
         pl.bq = 8;
         while (pl.bq < m) pl.bq *= 2;
-    } else {
-        pl.bq = normal_bq(m, n, sms);
     }
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
     pl.p_tiles = (int)bfp8_ceil_div(p_rows, kBP);
@@ -713,7 +667,7 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     const int64_t units = tiles * best_s;
     pl.units = (int)units;
     pl.grid = (int)(units < sms ? units : sms);
-    pl.mcast = (pl.swap ? pl.bq >= 64 : pl.bq == 128) && pl.p_tiles % 2 == 0 && mcast_enabled();
+    pl.mcast = (!pl.swap || pl.bq >= 64) && pl.p_tiles % 2 == 0 && mcast_enabled();
     if (pl.mcast) { /* units become pairs of P tiles; the launcher caps the clusters at what fits */
         pl.units = (int)(units / 2);
         pl.grid = 2 * (pl.units < sms / 2 ? pl.units : sms / 2);
@@ -827,7 +781,6 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
 
 cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
                            const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream, int *launched) {
-    if (!pl.swap && pl.bq == 192) return launch_kernel<192, false, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     if (!pl.swap)
         return pl.mcast ? launch_kernel<128, false, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
                         : launch_kernel<128, false, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
