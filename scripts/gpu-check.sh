@@ -45,6 +45,9 @@ export BFP8_REQUIRE_CUDA=1
 quick=${GPU_CHECK_QUICK:-0}
 [ "$quick" = 1 ] || step unit-suite sh tests/run-unit.sh build >>"$out/unit.log" 2>&1
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
+# hopper's decode plan that splits only the last wave's tiles, on every case where it applies (the model picks it
+# for some shapes only).
+step hybrid env BFP8_HOPPER_HYBRID=1 timeout 300 build/tests/test_hopper >"$out/test_hopper_hybrid.log" 2>&1
 
 # --- compute-sanitizer on a small run -------------------------------------------------------------------------------
 sanitize() {
@@ -80,9 +83,10 @@ step sass sass >>"$out/build.log" 2>&1
 # --- summary (printed last) -------------------------------------------------------------------------------------------
 echo "================ gpu-check summary ($(date -u +%FT%TZ), commit ${BFP8_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
 head -2 "$out/unit.log" | tail -1
-for s in build unit-suite test_cuda sanitizer sass probe bench; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
+for s in build unit-suite test_cuda hybrid sanitizer sass probe bench; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
 echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
 echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
+echo "-- test_hopper with BFP8_HOPPER_HYBRID=1:"; tail -1 "$out/test_hopper_hybrid.log" 2>/dev/null | sed 's/^/  /'
 echo "-- sanitizer:"; grep -E 'SUMMARY|cuda:' "$out/sanitizer.log" | sed 's/^/  /'
 echo "-- sass:"; sed -n '/^== /,$p' "$out/build.log" | sed 's/^/  /'
 echo "-- probe (cuBLASLt limits):"

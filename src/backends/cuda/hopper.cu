@@ -61,6 +61,9 @@ struct HopperParams {
     int64_t m, n, k;
     int kblocks;
     int p_tiles, q_tiles, splits, kb_per_split, units;
+    /* Units [0, whole_units) are tiles 0.. with the whole K range; the rest cover the remaining tiles split
+     * `splits` ways (all tiles when whole_units = 0). whole_units > 0 only on the swapped path. */
+    int whole_units;
     const float *sb; /* weight scales, ROW_MAJOR [ceil(n/128)][kblocks] */
     const void *bias;
     int bias_dtype; /* -1: no bias */
@@ -189,18 +192,34 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
 
 constexpr int kGroupP = 8; /* rasterization: groups of 8 P tiles walk Q together (L2 reuse) */
 
-/* Unit u -> (P tile, Q tile, split). Within a split, groups of kGroupP P tiles sweep all Q tiles. */
-__device__ __forceinline__ void decode_unit(const HopperParams &p, int u, int &pt, int &qt, int &split) {
-    const int tiles = p.p_tiles * p.q_tiles;
-    split = u / tiles;
-    const int t = u - split * tiles;
+/* Unit u -> (P tile, Q tile, split) and its K-block range [kb0, kb1); partial: the unit writes fp32 partial sums
+ * for the reduce kernel instead of y. Tiles are numbered so that groups of kGroupP P tiles sweep all Q tiles. */
+struct Unit {
+    int pt, qt, split, kb0, kb1;
+    bool partial;
+};
+__device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u) {
+    Unit w;
+    int t;
+    if (u < p.whole_units) {
+        t = u;
+        w.split = 0, w.kb0 = 0, w.kb1 = p.kblocks, w.partial = false;
+    } else {
+        const int v = u - p.whole_units, tail = p.p_tiles * p.q_tiles - p.whole_units;
+        w.split = v / tail;
+        t = p.whole_units + (v - w.split * tail);
+        w.kb0 = w.split * p.kb_per_split;
+        w.kb1 = min(p.kblocks, w.kb0 + p.kb_per_split);
+        w.partial = p.splits > 1;
+    }
     const int group_size = kGroupP * p.q_tiles;
     const int g = t / group_size;
     const int first_p = g * kGroupP;
     const int rows_in_group = min(kGroupP, p.p_tiles - first_p);
     const int r = t - g * group_size;
-    pt = first_p + r % rows_in_group;
-    qt = r / rows_in_group;
+    w.pt = first_p + r % rows_in_group;
+    w.qt = r / rows_in_group;
+    return w;
 }
 #endif
 
@@ -260,11 +279,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             int stage = 0;
             uint32_t phase = 0;
             for (int u = cta_id; u < p.units; u += cta_count) {
-                int pt, qt, split;
-                decode_unit(p, u, pt, qt, split);
-                if (MCAST) pt = 2 * pt + (int)rank;
-                const int kb0 = split * p.kb_per_split;
-                const int kb1 = min(p.kblocks, kb0 + p.kb_per_split);
+                const Unit unit = decode_unit(p, u);
+                const int pt = MCAST ? 2 * unit.pt + (int)rank : unit.pt, qt = unit.qt;
+                const int kb0 = unit.kb0, kb1 = unit.kb1;
                 const int act_row0 = SWAP ? qt * BQ : pt * kBP;
                 for (int kb = kb0; kb < kb1; kb++) {
                     if (MCAST)
@@ -341,11 +358,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         };
 
         for (int u = cta_id; u < p.units; u += cta_count) {
-            int pt, qt, split;
-            decode_unit(p, u, pt, qt, split);
-            if (MCAST) pt = 2 * pt + (int)rank;
-            const int kb0 = split * p.kb_per_split;
-            const int kb1 = min(p.kblocks, kb0 + p.kb_per_split);
+            const Unit unit = decode_unit(p, u);
+            const int pt = MCAST ? 2 * unit.pt + (int)rank : unit.pt, qt = unit.qt, split = unit.split;
+            const int kb0 = unit.kb0, kb1 = unit.kb1;
             const int weight_block = SWAP ? pt : (qt * BQ) / 128;
             const float *sb_row = p.sb + (int64_t)weight_block * p.kblocks;
             float total[BQ / 2];
@@ -411,7 +426,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         tma_store_2d(&map_y, src + half * 8192, (int)q_base + 64 * half, (int)p_base);
                     bulk_commit();
                 }
-            } else if (!SWAP && p.splits == 1 && p.y_dtype != 0) {
+            } else if (!SWAP && !unit.partial && p.y_dtype != 0) {
                 named_barrier_sync(1 + wg); /* the previous unit's copy-out has read the staging buffer */
 #pragma unroll
                 for (int j = 0; j < BQ / 8; j++) {
@@ -460,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         if (row >= p.m || col >= p.n) continue;
                         float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
                         float *dst;
-                        if (p.splits > 1) {
+                        if (unit.partial) {
                             dst = p.workspace + ((int64_t)split * p.m + row) * p.n + col;
                         } else {
                             if (p.bias_dtype >= 0) {
@@ -497,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     float4 v = *(const float4 *)(sf + r * kPitchF + ch * 4);
                     float vals[4] = {v.x, v.y, v.z, v.w};
                     const bool whole = col + 4 <= p.n && (p.n % 4) == 0;
-                    if (p.splits > 1) {
+                    if (unit.partial) {
                         float *dst = p.workspace + ((int64_t)split * p.m + row) * p.n + col;
                         if (whole) {
                             *(float4 *)dst = v;
@@ -532,72 +547,82 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-/* Sums the split-K partials in split order, adds the bias, rounds once. With vec (n % 4 == 0, y 16-byte aligned)
- * each thread handles four adjacent outputs with 16-byte loads. The loads of up to kLoadsInFlight splits are issued
- * before they are added: a decode-sized reduce has few threads, and one dependent load after another (~0.5 us each
- * from HBM) made it latency-bound (7 us for 16 splits of 7168 outputs, measured with ncu). */
+/* Sums the split-K partials of columns [n0, n) in split order, adds the bias, rounds once (columns below n0 came
+ * from whole tiles, written by the GEMM). With vec (n and n0 multiples of 4, y 16-byte aligned) each thread handles
+ * four adjacent outputs with 16-byte loads. The loads of up to kLoadsInFlight splits are issued before they are
+ * added: a decode-sized reduce has few threads, and one dependent load after another (~0.5 us each from HBM) made it
+ * latency-bound (7 us for 16 splits of 7168 outputs, measured with ncu). */
 constexpr int kLoadsInFlight = 8;
 
-__global__ void hopper_splitk_reduce(const float *__restrict__ ws, int splits, int64_t m, int64_t n,
+template <int V> struct Lanes;
+template <> struct Lanes<1> {
+    float v[1];
+    __device__ __forceinline__ void load(const float *p) { v[0] = *p; }
+};
+template <> struct Lanes<4> {
+    float v[4];
+    __device__ __forceinline__ void load(const float *p) {
+        const float4 q = *(const float4 *)p;
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    }
+};
+
+template <int V>
+__device__ __forceinline__ void reduce_lanes(const float *__restrict__ ws, int splits, int64_t m, int64_t n, int64_t n0,
+                                             const void *__restrict__ bias, int bias_dtype, void *__restrict__ y,
+                                             int y_dtype) {
+    const int64_t mn = m * n, cols = n - n0, count = m * cols;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x * V;
+    for (int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V; e < count; e += step) {
+        const int64_t col = n0 + e % cols, o = (e / cols) * n + col;
+        float v[V];
+#pragma unroll
+        for (int x = 0; x < V; x++) v[x] = -0.0f; /* -0 + x == x for every x */
+        for (int s0 = 0; s0 < splits; s0 += kLoadsInFlight) {
+            Lanes<V> part[kLoadsInFlight];
+#pragma unroll
+            for (int j = 0; j < kLoadsInFlight; j++)
+                if (s0 + j < splits) part[j].load(ws + (s0 + j) * mn + o);
+#pragma unroll
+            for (int j = 0; j < kLoadsInFlight; j++)
+                if (s0 + j < splits)
+#pragma unroll
+                    for (int x = 0; x < V; x++) v[x] += part[j].v[x];
+        }
+#pragma unroll
+        for (int x = 0; x < V; x++) {
+            if (bias_dtype >= 0) v[x] += bfp8_dev_load_f32(bias, bias_dtype, col + x);
+            if (V == 1) bfp8_dev_store_f32(y, y_dtype, o, v[0]);
+        }
+        if (V == 4 && y_dtype == 0) {
+            *(float4 *)((float *)y + o) = make_float4(v[0], v[1], v[2], v[3]);
+        } else if (V == 4) {
+            uint2 packed;
+            if (y_dtype == 1) {
+                __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+                memcpy(&packed.x, &lo, 4);
+                memcpy(&packed.y, &hi, 4);
+            } else {
+                __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+                memcpy(&packed.x, &lo, 4);
+                memcpy(&packed.y, &hi, 4);
+            }
+            *(uint2 *)((uint16_t *)y + o) = packed;
+        }
+    }
+}
+
+__global__ void hopper_splitk_reduce(const float *__restrict__ ws, int splits, int64_t m, int64_t n, int64_t n0,
                                      const void *__restrict__ bias, int bias_dtype, void *__restrict__ y, int y_dtype,
                                      int vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* Launched as a programmatic dependent of the GEMM: wait until its partials are complete and visible. */
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
-    const int64_t mn = m * n;
-    const int64_t step = (int64_t)gridDim.x * blockDim.x;
-    if (vec) {
-        for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < mn; i += step * 4) {
-            float4 v = make_float4(-0.0f, -0.0f, -0.0f, -0.0f); /* -0 + x == x for every x */
-            for (int s0 = 0; s0 < splits; s0 += kLoadsInFlight) {
-                float4 part[kLoadsInFlight];
-#pragma unroll
-                for (int j = 0; j < kLoadsInFlight; j++)
-                    if (s0 + j < splits) part[j] = *(const float4 *)(ws + (s0 + j) * mn + i);
-#pragma unroll
-                for (int j = 0; j < kLoadsInFlight; j++)
-                    if (s0 + j < splits) v.x += part[j].x, v.y += part[j].y, v.z += part[j].z, v.w += part[j].w;
-            }
-    if (bias_dtype >= 0) {
-                const int64_t c = i % n;
-                v.x += bfp8_dev_load_f32(bias, bias_dtype, c);
-                v.y += bfp8_dev_load_f32(bias, bias_dtype, c + 1);
-                v.z += bfp8_dev_load_f32(bias, bias_dtype, c + 2);
-                v.w += bfp8_dev_load_f32(bias, bias_dtype, c + 3);
-            }
-            if (y_dtype == 0) {
-                *(float4 *)((float *)y + i) = v;
-            } else {
-                uint2 w;
-                if (y_dtype == 1) {
-                    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-                    memcpy(&w.x, &lo, 4);
-                    memcpy(&w.y, &hi, 4);
-                } else {
-                    __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-                    memcpy(&w.x, &lo, 4);
-                    memcpy(&w.y, &hi, 4);
-                }
-                *(uint2 *)((uint16_t *)y + i) = w;
-            }
-        }
-        return;
-    }
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn; i += step) {
-        float v = -0.0f;
-        for (int s0 = 0; s0 < splits; s0 += kLoadsInFlight) {
-            float part[kLoadsInFlight];
-#pragma unroll
-            for (int j = 0; j < kLoadsInFlight; j++)
-                if (s0 + j < splits) part[j] = ws[(s0 + j) * mn + i];
-#pragma unroll
-            for (int j = 0; j < kLoadsInFlight; j++)
-                if (s0 + j < splits) v += part[j];
-        }
-        if (bias_dtype >= 0) v += bfp8_dev_load_f32(bias, bias_dtype, i % n);
-        bfp8_dev_store_f32(y, y_dtype, i, v);
-    }
+    if (vec)
+        reduce_lanes<4>(ws, splits, m, n, n0, bias, bias_dtype, y, y_dtype);
+    else
+        reduce_lanes<1>(ws, splits, m, n, n0, bias, bias_dtype, y, y_dtype);
 }
 
 /* ----------------------------------------------------------------------------------------------------------------
@@ -609,6 +634,7 @@ struct Plan {
     bool mcast; /* clusters of two CTAs sharing the Q tile (even P-tile count; BQ >= 64 when swapped) */
     int bq;
     int p_tiles, q_tiles, splits, kb_per_split, units, grid;
+    int whole_units; /* see HopperParams */
 };
 
 /* BFP8_HOPPER_MCAST=1 turns on the 2-CTA multicast kernel. Off: correct (tests, memcheck) but measured about 2x
@@ -619,6 +645,16 @@ bool mcast_enabled(void) {
         return e && e[0] == '1';
     }();
     return on;
+}
+
+/* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (tests and
+ * side-by-side measurement); unset: the time model decides. Read once. */
+int hybrid_mode(void) {
+    static const int mode = [] {
+        const char *e = getenv("BFP8_HOPPER_HYBRID");
+        return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
+    }();
+    return mode;
 }
 
 /* Swap A and B while M fits one Q tile (decode). Split K when there are too few tiles to fill the SMs evenly,
@@ -664,10 +700,31 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     }
     pl.splits = best_s;
     pl.kb_per_split = (kblocks + best_s - 1) / best_s;
-    const int64_t units = tiles * best_s;
+    int64_t units = tiles * best_s;
+    /* Decode with more tiles than SMs but not a whole number of waves (192 or 288 weight tiles on 132 SMs): whole
+     * tiles for the full waves, and only the last partial wave's tiles split so that their pieces fill one wave.
+     * Splitting every tile instead pays partials for all of them (8 bytes x splits x M x N: 75 MB at M=64 N=36864),
+     * not splitting pays a wave at 45-73% occupancy. */
+    if (pl.swap && tiles > sms && tiles % sms != 0 && hybrid_mode() != 0) {
+        const int64_t whole = tiles / sms * sms, tail = tiles - whole;
+        int s = (int)(sms / tail);
+        if (s > kblocks) s = kblocks;
+        if (s >= 2) {
+            const int per = (kblocks + s - 1) / s;
+            s = (kblocks + per - 1) / per;
+            double t_h = (double)(whole / sms) * (kblocks * block_s + 0.5e-6) + (per * block_s + 0.5e-6);
+            t_h += ((double)s * m * tail * kBP * 8.0) / chip_bw + 2.0e-6;
+            if (t_h < best * 0.97 || hybrid_mode() == 1) {
+                pl.splits = s;
+                pl.kb_per_split = per;
+                pl.whole_units = (int)whole;
+                units = whole + tail * s;
+            }
+        }
+    }
     pl.units = (int)units;
     pl.grid = (int)(units < sms ? units : sms);
-    pl.mcast = (!pl.swap || pl.bq >= 64) && pl.p_tiles % 2 == 0 && mcast_enabled();
+    pl.mcast = (!pl.swap || pl.bq >= 64) && pl.p_tiles % 2 == 0 && pl.whole_units == 0 && mcast_enabled();
     if (pl.mcast) { /* units become pairs of P tiles; the launcher caps the clusters at what fits */
         pl.units = (int)(units / 2);
         pl.grid = 2 * (pl.units < sms / 2 ? pl.units : sms / 2);
@@ -869,6 +926,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.q_tiles = pl.q_tiles;
     hp.splits = pl.splits;
     hp.kb_per_split = pl.kb_per_split;
+    hp.whole_units = pl.whole_units;
     hp.units = pl.units;
     hp.sb = (const float *)args->b_scales.data;
     hp.bias = args->bias;
@@ -893,13 +951,14 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     cudaError_t e = launch_planned(pl, map_p, map_q, map_sa, map_y, hp, stream, &launched);
     if (log_plans())
         fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s BQ=%d splits=%d (K blocks per split %d) units=%d "
-                        "grid=%d%s\n",
+                        "(whole %d) grid=%d%s\n",
                 (long long)m, (long long)n, (long long)k, pl.swap ? "swapped" : "normal", pl.bq, pl.splits,
-                pl.kb_per_split, pl.units, launched, pl.mcast ? " (clusters of 2, multicast)" : "");
+                pl.kb_per_split, pl.units, pl.whole_units, launched, pl.mcast ? " (clusters of 2, multicast)" : "");
     if (e == cudaSuccess && pl.splits > 1) {
-        const int64_t mn = m * n;
+        /* Columns (weight rows, swapped) of whole tiles are final already; the reduce covers the rest. */
+        const int64_t n0 = pl.swap ? (int64_t)pl.whole_units * kBP : 0, count = m * (n - n0);
         const int vec = (n % 4 == 0) && ((uintptr_t)args->y % 16 == 0);
-        int64_t blocks = ((vec ? mn / 4 : mn) + 255) / 256;
+        int64_t blocks = ((vec ? count / 4 : count) + 255) / 256;
         if (blocks > 8 * (int64_t)sms) blocks = 8 * (int64_t)sms;
         /* Programmatic dependent launch hides the reduce kernel's launch latency behind the GEMM's tail. */
         cudaLaunchConfig_t cfg = {};
@@ -911,7 +970,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         cfg.stream = stream;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        e = cudaLaunchKernelEx(&cfg, hopper_splitk_reduce, (const float *)ws, pl.splits, m, n, hp.bias,
+        e = cudaLaunchKernelEx(&cfg, hopper_splitk_reduce, (const float *)ws, pl.splits, m, n, n0, hp.bias,
                                hp.bias_dtype, args->y, hp.y_dtype, vec);
     }
     if (ws) {
