@@ -68,24 +68,21 @@ static inline uint64_t test_rand_u64(void) {
 /* Uniform in [-1, 1). */
 static inline float test_rand_f32(void) { return (float)((double)(test_rand_u64() >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
 /* DeepGEMM's calc_diff, 1 - 2*sum(x*y) / sum(x*x + y*y), of outputs x against the unquantized product y (DESIGN
- * section 3: under 1e-3), taken per output row and averaged over rows. The test data give rows magnitudes up to 64x
- * apart, and the energy-weighted statistic over a sample then rests on a couple of rows: on FP8 noise averaging
- * ~6.5e-4 it reached 1.02e-3 on one seed of a 12 x 96 sample; the row average stays within 6.4-7.6e-4 (numpy
- * simulation of the same data). Feed values with test_calc_diff_add, end each row with test_calc_diff_row. */
+ * section 3: under 1e-3). FP8 noise puts it near 6.5e-4 on these tests' data, so it is a statistic that needs many
+ * outputs: the test data give rows magnitudes up to 64x apart, and over a 12 x 96 sample the statistic rests on a
+ * few rows (it reached 1.02e-3 on one seed; a numpy simulation of the data gives a 95th percentile of 8.1e-4 for
+ * 24 x 96 and 7.4e-4 for 64 x 256). Averaging it per row instead is no better: rows whose output cancels to near
+ * zero reach 0.3-0.7 on their own while matching the quantized reference (seen on the H200). */
 typedef struct test_calc_diff {
-    double xy, xx_yy; /* the open row */
-    double sum;       /* of closed rows' values */
-    int64_t rows;
+    double xy, xx_yy;
 } test_calc_diff;
 static inline void test_calc_diff_add(test_calc_diff *c, double got, double exact) {
     c->xy += got * exact;
     c->xx_yy += got * got + exact * exact;
 }
-static inline void test_calc_diff_row(test_calc_diff *c) {
-    if (c->xx_yy > 0) c->sum += 1.0 - 2.0 * c->xy / c->xx_yy, c->rows++;
-    c->xy = c->xx_yy = 0;
+static inline double test_calc_diff_value(const test_calc_diff *c) {
+    return c->xx_yy > 0 ? 1.0 - 2.0 * c->xy / c->xx_yy : 0.0;
 }
-static inline double test_calc_diff_value(const test_calc_diff *c) { return c->rows ? c->sum / c->rows : 0.0; }
 
 /* Roughly normal (sum of uniforms), scaled. */
 static inline float test_randn(float scale) {

@@ -647,8 +647,8 @@ bool mcast_enabled(void) {
     return on;
 }
 
-/* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (tests and
- * side-by-side measurement); unset: the time model decides. Read once. */
+/* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (decode, long K,
+ * tiles > SMs; for tests and side-by-side measurement); unset: the time model decides. Read once. */
 int hybrid_mode(void) {
     static const int mode = [] {
         const char *e = getenv("BFP8_HOPPER_HYBRID");
@@ -701,11 +701,14 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     pl.splits = best_s;
     pl.kb_per_split = (kblocks + best_s - 1) / best_s;
     int64_t units = tiles * best_s;
-    /* Decode with more tiles than SMs but not a whole number of waves (192 or 288 weight tiles on 132 SMs): whole
-     * tiles for the full waves, and only the last partial wave's tiles split so that their pieces fill one wave.
-     * Splitting every tile instead pays partials for all of them (8 bytes x splits x M x N: 75 MB at M=64 N=36864),
-     * not splitting pays a wave at 45-73% occupancy. */
-    if (pl.swap && tiles > sms && tiles % sms != 0 && hybrid_mode() != 0) {
+    /* Decode with more tiles than SMs but not a whole number of waves (288 weight tiles on 132 SMs): whole tiles
+     * for the full waves, and only the last partial wave's tiles split so that their pieces fill one wave. Splitting
+     * every tile instead pays partials for all of them (8 bytes x splits x M x N: 75 MB at M=64 N=36864); not
+     * splitting leaves 24 SMs running 56-block tiles alone at the end. Measured on the H200 (bench/hopper-notes.md,
+     * v4) it pays only for long tiles: 36864x7168 (56 K blocks) M = 16/64/128: 82.5/92.4/128.3 -> 75.2/79.2/104.3
+     * us; 24576x1536 (12 K blocks): 3-13% slower at M = 16..128, where the last wave is short and the tail's bytes
+     * stream at the chip's rate anyway. Hence kblocks >= 32. */
+    if (pl.swap && tiles > sms && tiles % sms != 0 && kblocks >= 32 && hybrid_mode() != 0) {
         const int64_t whole = tiles / sms * sms, tail = tiles - whole;
         int s = (int)(sms / tail);
         if (s > kblocks) s = kblocks;
