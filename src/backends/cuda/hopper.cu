@@ -662,8 +662,9 @@ int hybrid_mode(void) {
  * one block on one SM + a fixed cost per unit), plus the workspace traffic and the reduce of a split. A block's time
  * is the larger of its weight bytes from HBM at a 1/sms share of the bandwidth (activations and, at large M,
  * weights come from L2) and its FLOPs at a 1/sms share of ~1000 TFLOP/s. The per-unit cost (~0.5 us: epilogue,
- * barriers, pipeline refill) and the reduce's ~2 us come from ncu on the H200: M=1 7168x2048 was split 16 ways
- * into one-block units (GEMM 9.6 us + reduce 7 us) where 2 splits model faster (bench/hopper-notes.md, v4). */
+ * barriers, pipeline refill) and the reduce's ~3 us come from the H200 (ncu: M=1 7168x2048 was split 16 ways into
+ * one-block units, GEMM 9.6 us + reduce 7 us, where 2 splits model faster; with 2 us the model split M=1
+ * 24576x1536 in two, 22.0 us, where the unsplit plan of M=16 took 18.1; bench/hopper-notes.md, v4). */
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     Plan pl = {};
     pl.swap = m <= 128;
@@ -692,7 +693,7 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
         const int64_t units = tiles * s;
         const int64_t waves = (units + sms - 1) / sms;
         double t_s = (double)waves * (per * block_s + 0.5e-6);
-        if (s > 1) t_s += ((double)s * m * n * 8.0) / chip_bw + 2.0e-6; /* partials out and back, the reduce */
+        if (s > 1) t_s += ((double)s * m * n * 8.0) / chip_bw + 3.0e-6; /* partials out and back, the reduce */
         if (t_s < best * 0.97) {
             best = t_s;
             best_s = s;
@@ -716,7 +717,7 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
             const int per = (kblocks + s - 1) / s;
             s = (kblocks + per - 1) / per;
             double t_h = (double)(whole / sms) * (kblocks * block_s + 0.5e-6) + (per * block_s + 0.5e-6);
-            t_h += ((double)s * m * tail * kBP * 8.0) / chip_bw + 2.0e-6;
+            t_h += ((double)s * m * tail * kBP * 8.0) / chip_bw + 3.0e-6;
             if (t_h < best * 0.97 || hybrid_mode() == 1) {
                 pl.splits = s;
                 pl.kb_per_split = per;
