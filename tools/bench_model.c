@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,9 +267,11 @@ int cmd_bench_model(int argc, char **argv) {
         printf("%-16s %28s %10.1f", "step", "", step_main);
         if (compare) printf("  %-14s %10.1f %7.2fx", "", step_fallback, step_fallback / step_main);
         printf("\ntokens/s: %.1f", (double)m / (step_main * 1e-6));
-        if (compare)
-            printf("   all-fallback: %.1f (%.1f%% lower)", (double)m / (step_fallback * 1e-6),
-                   100.0 * (1.0 - step_main / step_fallback));
+        if (compare) {
+            const double change = 100.0 * (1.0 - step_main / step_fallback); /* fewer tokens/s on the fallback */
+            printf("   all-fallback: %.1f (%.1f%% %s)", (double)m / (step_fallback * 1e-6), fabs(change),
+                   change >= 0 ? "lower" : "higher");
+        }
         printf("   (one pass over the 8 layers above; a full model repeats them per transformer block)\n");
         if (json) {
             fprintf(json, ",\n  {\"model\": \"dsr1\", \"device\": \"%s\", \"batch\": %" PRId64 ", \"layer\": \"step\", "

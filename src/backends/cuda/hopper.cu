@@ -998,12 +998,14 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
     return hopper_run(args, info.num_sms);
 }
 
-/* Where `hopper` is measured faster than cuBLASLt (bench/hopper-notes.md, against the cuBLASLt anchors of
- * shared/BENCHMARKS.md): every M=1 cell, and decode up to M=64 when K >= 7168 (11 of 15 such cells). Elsewhere
- * cuBLASLt (priority 30) is faster, so hopper ranks below it and serves only what cuBLASLt declines. */
+/* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, same-run table of 2026-11-30 23:18 UTC): every
+ * M=1 cell (1.13-2.03x); M=16 with at least 16 MiB of weights (1.01-1.39x; 7168x2048, 14 MiB: 0.92x); M <= 64 with
+ * K >= 7168 (1.00-1.39x). Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks below it and serves only
+ * what cuBLASLt declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
-    if (p->m <= 4 || (p->m <= 64 && p->k >= 7168)) return 35;
+    const bool big_weights = (double)p->n * (double)p->k >= 16.0 * 1024 * 1024;
+    if (p->m <= 4 || (p->m <= 16 && big_weights) || (p->m <= 64 && p->k >= 7168)) return 35;
     return 25;
 }
 
