@@ -637,8 +637,9 @@ struct Plan {
     int whole_units; /* see HopperParams */
 };
 
-/* BFP8_HOPPER_MCAST=1 turns on the 2-CTA multicast kernel. Off: correct (tests, memcheck) but measured about 2x
- * slower than the plain kernel on the H200 (bench/hopper-notes.md, v3); kept for the investigation. Read once. */
+/* BFP8_HOPPER_MCAST=1 turns on the 2-CTA multicast kernel. Off: correct (tests, memcheck) but measured 2-2.6x
+ * slower than the plain kernel on the H200, with the grid capped at the clusters that fit (bench/hopper-notes.md,
+ * v3 and v4); kept for that investigation. Read once. */
 bool mcast_enabled(void) {
     static const bool on = [] {
         const char *e = getenv("BFP8_HOPPER_MCAST");
