@@ -228,7 +228,7 @@ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u) {
  * weights on the normal path, the activations on the swapped one). A stage is refilled only when the consumers of
  * both CTAs have released it (each consumer warp arrives on both CTAs' "empty" barriers). p.p_tiles then counts
  * pairs. Opt-in only (mcast_enabled): measured slower. */
-template <int BQ, bool SWAP, bool MCAST>
+template <int BQ, bool SWAP, bool MCAST, bool PIPE>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_sa, const __grid_constant__ CUtensorMap map_y,
@@ -327,28 +327,32 @@ __global__ void __launch_bounds__(kThreads, 1)
                 bfp8_wgmma<BQ>::run(acc, smem_desc(p_addr + kk * 32), smem_desc(q_addr + kk * 32), kk);
             wgmma_commit();
         };
-        /* total += partial * sa * sb, then the stage goes back to the producer. */
-        auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], int st, float sb) {
+        /* After a wgmma wait: the accumulator's registers count as written here, so the compiler cannot move a
+         * read of them above the wait (the wgmma asm statements alone do not tie them to it). */
+        auto fence_acc = [&](float(&acc)[BQ / 2]) {
+#pragma unroll
+            for (int i = 0; i < BQ / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
+        };
+        /* This thread's activation scales of the block in stage st, read before its MMAs are issued so that the
+         * stage can go back to the producer as soon as the MMAs are done. Normal path: accumulator rows
+         * 16*warp + lane/4 (+8) carry the scales; swapped: columns 8*j + 2*(lane%4) (+1) (tokens). */
+        constexpr int kNumScales = SWAP ? BQ / 4 : 2;
+        auto load_scales = [&](int st, float(&sv)[kNumScales]) {
             const float *sa = scales + st * (C::kScaleSlot / 4);
             if (!SWAP) {
-                /* Accumulator rows: 16*warp + lane/4 (+8); activation scales go with rows. */
                 const int r = wg * 64 + warp * 16 + lane / 4;
-                const float s0 = sa[r] * sb, s1 = sa[r + 8] * sb;
-#pragma unroll
-                for (int i = 0; i < BQ / 2; i++) total[i] = fmaf(acc[i], (i & 2) ? s1 : s0, total[i]);
+                sv[0] = sa[r], sv[1] = sa[r + 8];
             } else {
-                /* Accumulator columns: 8*j + 2*(lane%4) (+1); activation scales go with columns (tokens). */
 #pragma unroll
                 for (int j = 0; j < BQ / 8; j++) {
-                    const float2 sv = *(const float2 *)(sa + 8 * j + 2 * (lane % 4));
-                    const float s0 = sv.x * sb, s1 = sv.y * sb;
-                    total[4 * j + 0] = fmaf(acc[4 * j + 0], s0, total[4 * j + 0]);
-                    total[4 * j + 1] = fmaf(acc[4 * j + 1], s1, total[4 * j + 1]);
-                    total[4 * j + 2] = fmaf(acc[4 * j + 2], s0, total[4 * j + 2]);
-                    total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
+                    const float2 v = *(const float2 *)(sa + 8 * j + 2 * (lane % 4));
+                    sv[2 * j] = v.x, sv[2 * j + 1] = v.y;
                 }
             }
-            __syncwarp(); /* every lane has read its scales; the MMAs were waited for */
+        };
+        /* The stage's MMAs and scale reads are done: one arrival per warp gives it back. */
+        auto release = [&](int st) {
+            __syncwarp();
             if (lane == 0) {
                 if (MCAST)
                     mbar_arrive_local_and_peer(empty0 + 8 * st, rank ^ 1);
@@ -356,6 +360,30 @@ __global__ void __launch_bounds__(kThreads, 1)
                     mbar_arrive(empty0 + 8 * st);
             }
         };
+        /* total += partial * sa * sb. */
+        auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales],
+                           float sb) {
+            if (!SWAP) {
+                const float s0 = sv[0] * sb, s1 = sv[1] * sb;
+#pragma unroll
+                for (int i = 0; i < BQ / 2; i++) total[i] = fmaf(acc[i], (i & 2) ? s1 : s0, total[i]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < BQ / 8; j++) {
+                    const float s0 = sv[2 * j] * sb, s1 = sv[2 * j + 1] * sb;
+                    total[4 * j + 0] = fmaf(acc[4 * j + 0], s0, total[4 * j + 0]);
+                    total[4 * j + 1] = fmaf(acc[4 * j + 1], s1, total[4 * j + 1]);
+                    total[4 * j + 2] = fmaf(acc[4 * j + 2], s0, total[4 * j + 2]);
+                    total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
+                }
+            }
+        };
+        auto next_stage = [&]() {
+            if (++stage == kStages) stage = 0, phase ^= 1;
+        };
+        float acc2[PIPE ? BQ / 2 : 1]; /* the second partial of the pipelined loop */
+#pragma unroll
+        for (int i = 0; i < (PIPE ? BQ / 2 : 1); i++) acc2[i] = 0.0f;
 
         for (int u = cta_id; u < p.units; u += cta_count) {
             const Unit unit = decode_unit(p, u);
@@ -367,18 +395,64 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int i = 0; i < BQ / 2; i++) total[i] = 0.0f;
 
-            /* MMAs of a block, wait, promote. The two consumer warpgroups drift apart and overlap each other's
-             * promotion. (Issuing block b+1 into a second accumulator before promoting block b was measured
-             * slower: 540 vs 940 TFLOP/s, spills at 232 registers. bench/hopper-notes.md, v2.) */
-            float sb_next = __ldg(sb_row + kb0);
-            for (int kb = kb0; kb < kb1; kb++) {
-                const float sb = sb_next;
-                if (kb + 1 < kb1) sb_next = __ldg(sb_row + kb + 1); /* hidden behind this block's MMAs */
+            if constexpr (PIPE && !SWAP) {
+                /* Two partials in flight: block b+1's MMAs are issued before block b is promoted (normal path
+                 * only, where a block's scales are two registers; BFP8_HOPPER_PIPE=1). */
+                float sva[kNumScales], svb[kNumScales];
+                float sb_a = __ldg(sb_row + kb0), sb_b = 0.0f;
+                int st_a = stage;
                 mbar_wait(full0 + 8 * stage, phase);
+                load_scales(stage, sva);
                 issue(acc, stage);
-                wgmma_wait<0>();
-                promote(total, acc, stage, sb);
-                if (++stage == kStages) stage = 0, phase ^= 1;
+                next_stage();
+                for (int kb = kb0; kb < kb1; kb += 2) {
+                    int st_b = stage;
+                    if (kb + 1 < kb1) {
+                        sb_b = __ldg(sb_row + kb + 1);
+                        mbar_wait(full0 + 8 * stage, phase);
+                        load_scales(stage, svb);
+                        issue(acc2, stage);
+                        next_stage();
+                        wgmma_wait<1>();
+                    } else {
+                        wgmma_wait<0>();
+                    }
+                    fence_acc(acc);
+                    release(st_a);
+                    promote(total, acc, sva, sb_a);
+                    if (kb + 1 >= kb1) break;
+                    if (kb + 2 < kb1) {
+                        sb_a = __ldg(sb_row + kb + 2);
+                        st_a = stage;
+                        mbar_wait(full0 + 8 * stage, phase);
+                        load_scales(stage, sva);
+                        issue(acc, stage);
+                        next_stage();
+                        wgmma_wait<1>();
+                    } else {
+                        wgmma_wait<0>();
+                    }
+                    fence_acc(acc2);
+                    release(st_b);
+                    promote(total, acc2, svb, sb_b);
+                }
+            } else {
+                /* MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift apart
+                 * and overlap each other's promotion. */
+                float sb_next = __ldg(sb_row + kb0);
+                float sv[kNumScales];
+                for (int kb = kb0; kb < kb1; kb++) {
+                    const float sb = sb_next;
+                    if (kb + 1 < kb1) sb_next = __ldg(sb_row + kb + 1); /* hidden behind this block's MMAs */
+                    mbar_wait(full0 + 8 * stage, phase);
+                    load_scales(stage, sv);
+                    issue(acc, stage);
+                    wgmma_wait<0>();
+                    fence_acc(acc);
+                    release(stage);
+                    promote(total, acc, sv, sb);
+                    next_stage();
+                }
             }
 
             /* Epilogue: element i of the fragment is P row 16*warp + lane/4 + 8*((i/2)%2) of this warpgroup's 64,
@@ -798,10 +872,10 @@ bfp8_status encode_map(CUtensorMap *map, CUtensorMapDataType type, size_t elem, 
     return BFP8_OK;
 }
 
-template <int BQ, bool SWAP, bool MCAST>
+template <int BQ, bool SWAP, bool MCAST, bool PIPE = false>
 cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms, const CUtensorMap &my,
                           const HopperParams &hp, int grid, cudaStream_t stream, int *launched) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP, MCAST>;
+    auto kernel = hopper_gemm_kernel<BQ, SWAP, MCAST, PIPE>;
     const int smem = Config<BQ, SWAP>::kSmemBytes;
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (!attr_set) {
@@ -841,11 +915,22 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
     return cudaLaunchKernelEx(&cfg, kernel, mp, mq, ms, my, hp);
 }
 
+/* BFP8_HOPPER_PIPE=1: the normal path keeps two partials in flight (block b+1's MMAs issued before block b is
+ * promoted). Opt-in until measured (bench/hopper-notes.md, v4). Read once. */
+bool pipe_enabled(void) {
+    static const bool on = [] {
+        const char *e = getenv("BFP8_HOPPER_PIPE");
+        return e && e[0] == '1';
+    }();
+    return on;
+}
+
 cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
                            const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream, int *launched) {
+    if (!pl.swap && pl.mcast) return launch_kernel<128, false, true>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     if (!pl.swap)
-        return pl.mcast ? launch_kernel<128, false, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
-                        : launch_kernel<128, false, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
+        return pipe_enabled() ? launch_kernel<128, false, false, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
+                              : launch_kernel<128, false, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     switch (pl.bq) {
     case 8: return launch_kernel<8, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     case 16: return launch_kernel<16, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
