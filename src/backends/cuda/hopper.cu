@@ -11,10 +11,11 @@
  *
  * One CTA = 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA loads (P tile, Q tile, and the 128 or
  * BQ activation scales of the K block) into a ring of shared-memory stages, each completing on a "full" mbarrier.
- * Warpgroups 1 and 2 are consumers, 64 P rows each: per K block they wait on "full", run four m64nBQk32 wgmmas
- * into a fresh fp32 partial, wait for them, multiply the partial by sa*sb and add it to the fp32 total
- * ("promotion", needed because the FP8 MMA accumulator keeps only ~14 bits), then release the stage on its "empty"
- * mbarrier. setmaxnreg moves registers from the producer to the consumers.
+ * Warpgroups 1 and 2 are consumers, 64 P rows each: per K block they wait on "full", read the block's activation
+ * scales, run four m64nBQk32 wgmmas into a fresh fp32 partial, wait for them, release the stage on its "empty"
+ * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
+ * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path two partials alternate, so block
+ * b+1's MMAs run while block b is promoted. setmaxnreg moves registers from the producer to the consumers.
  *
  * The grid is persistent: CTAs walk work units (P tile, Q tile, K split) with a stride of gridDim.x, so the
  * producer streams the next unit's data while the consumers finish the current one. Split-K (for decode and
@@ -228,7 +229,7 @@ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u) {
  * weights on the normal path, the activations on the swapped one). A stage is refilled only when the consumers of
  * both CTAs have released it (each consumer warp arrives on both CTAs' "empty" barriers). p.p_tiles then counts
  * pairs. Opt-in only (mcast_enabled): measured slower. */
-template <int BQ, bool SWAP, bool MCAST, bool PIPE>
+template <int BQ, bool SWAP, bool MCAST>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_sa, const __grid_constant__ CUtensorMap map_y,
@@ -381,9 +382,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         auto next_stage = [&]() {
             if (++stage == kStages) stage = 0, phase ^= 1;
         };
-        float acc2[PIPE ? BQ / 2 : 1]; /* the second partial of the pipelined loop */
+        float acc2[SWAP ? 1 : BQ / 2]; /* the second partial of the normal path's pipelined loop */
 #pragma unroll
-        for (int i = 0; i < (PIPE ? BQ / 2 : 1); i++) acc2[i] = 0.0f;
+        for (int i = 0; i < (SWAP ? 1 : BQ / 2); i++) acc2[i] = 0.0f;
 
         for (int u = cta_id; u < p.units; u += cta_count) {
             const Unit unit = decode_unit(p, u);
@@ -395,9 +396,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int i = 0; i < BQ / 2; i++) total[i] = 0.0f;
 
-            if constexpr (PIPE && !SWAP) {
-                /* Two partials in flight: block b+1's MMAs are issued before block b is promoted (normal path
-                 * only, where a block's scales are two registers; BFP8_HOPPER_PIPE=1). */
+            if constexpr (!SWAP) {
+                /* Two partials in flight: block b+1's MMAs are issued before block b is promoted, so this
+                 * warpgroup's promotion overlaps its own next MMAs, not only the other warpgroup's. Normal path
+                 * only, where a block's scales are two registers (swapped, they are BQ / 4). Measured 0.3-5% faster
+                 * than the loop below on all 16 cells with M >= 512 (bench/hopper-notes.md, v4); the v2 attempt
+                 * spilled, this one has no spills at 232 registers. */
                 float sva[kNumScales], svb[kNumScales];
                 float sb_a = __ldg(sb_row + kb0), sb_b = 0.0f;
                 int st_a = stage;
@@ -437,8 +441,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     promote(total, acc2, svb, sb_b);
                 }
             } else {
-                /* MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift apart
-                 * and overlap each other's promotion. */
+                /* Swapped: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift
+                 * apart and overlap each other's promotion. */
                 float sb_next = __ldg(sb_row + kb0);
                 float sv[kNumScales];
                 for (int kb = kb0; kb < kb1; kb++) {
@@ -872,10 +876,10 @@ bfp8_status encode_map(CUtensorMap *map, CUtensorMapDataType type, size_t elem, 
     return BFP8_OK;
 }
 
-template <int BQ, bool SWAP, bool MCAST, bool PIPE = false>
+template <int BQ, bool SWAP, bool MCAST>
 cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms, const CUtensorMap &my,
                           const HopperParams &hp, int grid, cudaStream_t stream, int *launched) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP, MCAST, PIPE>;
+    auto kernel = hopper_gemm_kernel<BQ, SWAP, MCAST>;
     const int smem = Config<BQ, SWAP>::kSmemBytes;
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (!attr_set) {
@@ -915,22 +919,11 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
     return cudaLaunchKernelEx(&cfg, kernel, mp, mq, ms, my, hp);
 }
 
-/* BFP8_HOPPER_PIPE=1: the normal path keeps two partials in flight (block b+1's MMAs issued before block b is
- * promoted). Opt-in until measured (bench/hopper-notes.md, v4). Read once. */
-bool pipe_enabled(void) {
-    static const bool on = [] {
-        const char *e = getenv("BFP8_HOPPER_PIPE");
-        return e && e[0] == '1';
-    }();
-    return on;
-}
-
 cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
                            const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream, int *launched) {
-    if (!pl.swap && pl.mcast) return launch_kernel<128, false, true>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     if (!pl.swap)
-        return pipe_enabled() ? launch_kernel<128, false, false, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
-                              : launch_kernel<128, false, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
+        return pl.mcast ? launch_kernel<128, false, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
+                        : launch_kernel<128, false, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     switch (pl.bq) {
     case 8: return launch_kernel<8, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
     case 16: return launch_kernel<16, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
