@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 0: auto (wgmma where it applies), 1: always mma.sync. BFP8_CUDA_GENERIC_KERNEL=mma_sync sets it at start. */
+/* 0: auto (wgmma where it applies), 1: always mma.sync, -1: not read yet (BFP8_CUDA_GENERIC_KERNEL=mma_sync gives 1). */
 static atomic_int forced_mma_sync = -1;
 
 void bfp8_cuda_generic_force_mma_sync(bool on) { atomic_store(&forced_mma_sync, on ? 1 : 0); }
