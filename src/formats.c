@@ -7,17 +7,6 @@
 #include <string.h>
 #include <strings.h>
 
-static uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float f32_from_bits(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
 
 /* v >> shift, rounded to nearest, ties to even. shift in [1, 63]. A carry out of the kept mantissa bits moves into
  * the exponent field above them, which is exactly the next binade. */
@@ -35,7 +24,7 @@ static uint64_t rne_shift(uint64_t v, unsigned shift) {
 #define E4M3_MAX_BITS_F32 0x43E00000u /* 448.0f */
 
 uint8_t bfp8_e4m3_from_f32(float x) {
-    uint32_t u = f32_bits(x);
+    uint32_t u = bfp8_f32_bits(x);
     uint8_t sign = (uint8_t)((u >> 24) & 0x80);
     uint32_t a = u & 0x7FFFFFFFu;
     if (a > 0x7F800000u) return (uint8_t)(sign | 0x7F); /* NaN */
@@ -57,12 +46,12 @@ uint8_t bfp8_e4m3_from_f32(float x) {
 
 float bfp8_e4m3_to_f32(uint8_t code) {
     uint32_t sign = (uint32_t)(code & 0x80) << 24, exp = (code >> 3) & 0xF, mant = code & 0x7;
-    if (exp == 0xF && mant == 0x7) return f32_from_bits(sign | 0x7FC00000u); /* quiet NaN */
+    if (exp == 0xF && mant == 0x7) return bfp8_f32_from_bits(sign | 0x7FC00000u); /* quiet NaN */
     if (exp == 0) { /* subnormal: mant * 2^-9, exact */
         float v = (float)mant * 0x1p-9f;
         return sign ? -v : v;
     }
-    return f32_from_bits(sign | ((exp + 120) << 23) | (mant << 20)); /* rebias 7 -> 127 */
+    return bfp8_f32_from_bits(sign | ((exp + 120) << 23) | (mant << 20)); /* rebias 7 -> 127 */
 }
 
 /* ----------------------------------------------------------------------------------------------------------------
@@ -74,7 +63,7 @@ float bfp8_e4m3_to_f32(uint8_t code) {
  * s > 2^127 and +inf give 254 (2^127, the largest); NaN gives 254 too (a NaN scale has no exponent; the largest
  * scale can never make a quantized value overflow). */
 uint8_t bfp8_ue8m0_ceil(float s) {
-    uint32_t u = f32_bits(s);
+    uint32_t u = bfp8_f32_bits(s);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 254; /* NaN */
     if (u & 0x80000000u) return 1;                   /* negative or -0 */
     uint32_t exp = u >> 23;
@@ -87,8 +76,8 @@ uint8_t bfp8_ue8m0_ceil(float s) {
 /* e = 0 is 2^-127 (an fp32 subnormal); e = 255 is NaN, as in the OCP MX spec. */
 float bfp8_ue8m0_to_f32(uint8_t e) {
     if (e == 255) return NAN;
-    if (e == 0) return f32_from_bits(0x00400000u);
-    return f32_from_bits((uint32_t)e << 23);
+    if (e == 0) return bfp8_f32_from_bits(0x00400000u);
+    return bfp8_f32_from_bits((uint32_t)e << 23);
 }
 
 float bfp8_group_scale(float amax, bfp8_scale_format format) {
@@ -131,24 +120,24 @@ static uint64_t round_f64_to_format(double v, unsigned exp_bits, unsigned mant_b
 }
 
 uint16_t bfp8_bf16_from_f32(float x) {
-    uint32_t u = f32_bits(x);
+    uint32_t u = bfp8_f32_bits(x);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040); /* quiet NaN, sign kept */
     return (uint16_t)(rne_shift(u, 16)); /* carries run into the exponent and up to inf, as RNE wants */
 }
 
-float bfp8_bf16_to_f32(uint16_t bits) { return f32_from_bits((uint32_t)bits << 16); }
+float bfp8_bf16_to_f32(uint16_t bits) { return bfp8_f32_from_bits((uint32_t)bits << 16); }
 
 uint16_t bfp8_f16_from_f32(float x) { return (uint16_t)round_f64_to_format((double)x, 5, 10); }
 
 float bfp8_f16_to_f32(uint16_t bits) {
     uint32_t sign = (uint32_t)(bits & 0x8000) << 16;
     uint32_t exp = (bits >> 10) & 0x1F, mant = bits & 0x3FF;
-    if (exp == 0x1F) return f32_from_bits(sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0));
+    if (exp == 0x1F) return bfp8_f32_from_bits(sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0));
     if (exp == 0) {
         float v = (float)mant * 0x1p-24f; /* exact */
         return sign ? -v : v;
     }
-    return f32_from_bits(sign | ((exp + 112) << 23) | (mant << 13));
+    return bfp8_f32_from_bits(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
 /* Straight from the double's bits: a double -> float -> bf16 path would round twice. */
@@ -158,7 +147,7 @@ void bfp8_store_f64(void *p, bfp8_dtype dt, int64_t i, double v) {
     case BFP8_DTYPE_F16: ((uint16_t *)p)[i] = (uint16_t)round_f64_to_format(v, 5, 10); break;
     default: {
         uint32_t bits = (uint32_t)round_f64_to_format(v, 8, 23);
-        ((float *)p)[i] = f32_from_bits(bits);
+        ((float *)p)[i] = bfp8_f32_from_bits(bits);
         break;
     }
     }

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Sets the thread-local error message and returns `status` (so callers can `return bfp8_fail(...)`). */
 bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
@@ -27,6 +28,17 @@ bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
     } while (0)
 
 static inline int64_t bfp8_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* The bits of an fp32 and back (memcpy: no aliasing questions). */
+static inline uint32_t bfp8_f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static inline float bfp8_f32_from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 static inline int64_t bfp8_round_up(int64_t a, int64_t b) { return bfp8_ceil_div(a, b) * b; }
 
 /* a*b into *out; false on overflow or a negative operand. */

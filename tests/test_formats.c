@@ -6,16 +6,6 @@
 
 #include <float.h>
 
-static uint32_t bits_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-static float float_of(uint32_t u) {
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
 static double double_of(uint64_t u) {
     double x;
     memcpy(&x, &u, 8);
@@ -65,7 +55,7 @@ static uint32_t ref_round_table(const double *table, uint32_t count, double over
 static double bf16_table[0x7F80], f16_table[0x7C00];
 
 static void build_tables(void) {
-    for (uint32_t p = 0; p < 0x7F80; p++) bf16_table[p] = (double)float_of(p << 16);
+    for (uint32_t p = 0; p < 0x7F80; p++) bf16_table[p] = (double)bfp8_f32_from_bits(p << 16);
     for (uint32_t p = 0; p < 0x7C00; p++) {
         int e = (int)(p >> 10), m = (int)(p & 0x3FF);
         f16_table[p] = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
@@ -97,7 +87,7 @@ static int ref_ue8m0_ceil(float s) {
 static float rand_float_exp(int lo, int hi) {
     uint64_t r = test_rand_u64();
     uint32_t exp = (uint32_t)(lo + (int)((r >> 40) % (uint64_t)(hi - lo + 1)));
-    return float_of((uint32_t)(r & 0x807FFFFFu) | (exp << 23));
+    return bfp8_f32_from_bits((uint32_t)(r & 0x807FFFFFu) | (exp << 23));
 }
 
 /* ---- E4M3 ---------------------------------------------------------------------------------------------------- */
@@ -155,19 +145,19 @@ static void test_e4m3_special(void) {
     CHECK(bfp8_e4m3_from_f32(5 * 0x1p-10f) == 0x02, "2.5 units ties to 2");
     CHECK(bfp8_e4m3_from_f32(15 * 0x1p-10f) == 0x08, "7.5 units ties to 2^-6 (0x08)");
     CHECK(bfp8_e4m3_from_f32(0x1p-6f) == 0x08, "min normal");
-    CHECK(bfp8_e4m3_from_f32(float_of(1)) == 0x00 && bfp8_e4m3_from_f32(-float_of(1)) == 0x80, "fp32 denormal");
+    CHECK(bfp8_e4m3_from_f32(bfp8_f32_from_bits(1)) == 0x00 && bfp8_e4m3_from_f32(-bfp8_f32_from_bits(1)) == 0x80, "fp32 denormal");
     CHECK(bfp8_e4m3_from_f32(0x1p-30f) == 0x00, "tiny");
     CHECK(bfp8_e4m3_from_f32(0.0f) == 0x00 && bfp8_e4m3_from_f32(-0.0f) == 0x80, "signed zero");
     CHECK(bfp8_e4m3_from_f32(-0x1p-11f) == 0x80, "negative that rounds to zero keeps its sign");
     CHECK(bfp8_e4m3_from_f32(NAN) == 0x7F && bfp8_e4m3_from_f32(-NAN) == 0xFF, "NaN");
-    CHECK(bfp8_e4m3_from_f32(float_of(0x7F800001u)) == 0x7F && bfp8_e4m3_from_f32(float_of(0xFFC00000u)) == 0xFF,
+    CHECK(bfp8_e4m3_from_f32(bfp8_f32_from_bits(0x7F800001u)) == 0x7F && bfp8_e4m3_from_f32(bfp8_f32_from_bits(0xFFC00000u)) == 0xFF,
           "signalling / negative NaN");
 }
 
 static void test_e4m3_random(void) {
     int bad = 0;
     for (int i = 0; i < 200000; i++) {
-        float x = i % 4 == 0 ? float_of((uint32_t)test_rand_u64()) : rand_float_exp(100, 140);
+        float x = i % 4 == 0 ? bfp8_f32_from_bits((uint32_t)test_rand_u64()) : rand_float_exp(100, 140);
         uint8_t got = bfp8_e4m3_from_f32(x), want = ref_e4m3_encode(x);
         if (got != want && bad++ < 5) fprintf(stderr, "e4m3(%a) = 0x%02x, want 0x%02x\n", x, got, want);
     }
@@ -187,7 +177,7 @@ static void test_ue8m0(void) {
         if (e > 1) CHECK(bfp8_ue8m0_ceil(down) == e, "ceil(2^%d - ulp) = %d", e - 127, bfp8_ue8m0_ceil(down));
     }
     CHECK(bfp8_ue8m0_to_f32(0) == 0x1p-127f && isnan(bfp8_ue8m0_to_f32(255)), "ue8m0 0 and 255");
-    CHECK(bfp8_ue8m0_ceil(0x1p-127f) == 1 && bfp8_ue8m0_ceil(float_of(1)) == 1, "subnormal -> 1");
+    CHECK(bfp8_ue8m0_ceil(0x1p-127f) == 1 && bfp8_ue8m0_ceil(bfp8_f32_from_bits(1)) == 1, "subnormal -> 1");
     CHECK(bfp8_ue8m0_ceil(0.0f) == 1 && bfp8_ue8m0_ceil(-0.0f) == 1 && bfp8_ue8m0_ceil(-1.0f) == 1 &&
               bfp8_ue8m0_ceil(-INFINITY) == 1,
           "non-positive -> 1");
@@ -226,16 +216,16 @@ static void test_bf16(void) {
         if (bf16_is_nan((uint16_t)p) ? !(isnan(v) && bf16_is_nan(back)) : back != p) bad++;
     }
     CHECK(bad == 0, "%d bf16 patterns do not round-trip", bad);
-    CHECK(bfp8_bf16_from_f32(float_of(0x3F808000u)) == 0x3F80, "tie to even down");
-    CHECK(bfp8_bf16_from_f32(float_of(0x3F818000u)) == 0x3F82, "tie to even up");
-    CHECK(bfp8_bf16_from_f32(float_of(0x3F808001u)) == 0x3F81, "above the tie");
-    CHECK(bfp8_bf16_from_f32(float_of(0x7F7F8000u)) == 0x7F80, "max + half ulp -> inf");
-    CHECK(bfp8_bf16_from_f32(float_of(0x7F7F7FFFu)) == 0x7F7F, "below -> max");
-    uint16_t n1 = bfp8_bf16_from_f32(float_of(0x7F800001u)), n2 = bfp8_bf16_from_f32(float_of(0xFF800001u));
+    CHECK(bfp8_bf16_from_f32(bfp8_f32_from_bits(0x3F808000u)) == 0x3F80, "tie to even down");
+    CHECK(bfp8_bf16_from_f32(bfp8_f32_from_bits(0x3F818000u)) == 0x3F82, "tie to even up");
+    CHECK(bfp8_bf16_from_f32(bfp8_f32_from_bits(0x3F808001u)) == 0x3F81, "above the tie");
+    CHECK(bfp8_bf16_from_f32(bfp8_f32_from_bits(0x7F7F8000u)) == 0x7F80, "max + half ulp -> inf");
+    CHECK(bfp8_bf16_from_f32(bfp8_f32_from_bits(0x7F7F7FFFu)) == 0x7F7F, "below -> max");
+    uint16_t n1 = bfp8_bf16_from_f32(bfp8_f32_from_bits(0x7F800001u)), n2 = bfp8_bf16_from_f32(bfp8_f32_from_bits(0xFF800001u));
     CHECK(bf16_is_nan(n1) && bf16_is_nan(n2) && (n2 & 0x8000) && (n1 & 0x40), "NaN stays quiet NaN: %04x %04x", n1, n2);
     bad = 0;
     for (int i = 0; i < 1000000; i++) {
-        float x = i % 2 ? float_of((uint32_t)test_rand_u64()) : rand_float_exp(0, 254);
+        float x = i % 2 ? bfp8_f32_from_bits((uint32_t)test_rand_u64()) : rand_float_exp(0, 254);
         if (isnan(x)) continue;
         if (bfp8_bf16_from_f32(x) != ref_bf16(x) && bad++ < 5) fprintf(stderr, "bf16 %a\n", x);
     }
@@ -264,11 +254,11 @@ static void test_f16(void) {
     CHECK(bfp8_f16_from_f32(0x1p-14f - 0x1p-25f) == 0x0400, "tie into the min normal");
     CHECK(bfp8_f16_from_f32(-0.0f) == 0x8000 && bfp8_f16_from_f32(-0x1p-26f) == 0x8000, "negative zero");
     CHECK(bfp8_f16_from_f32(1.0f + 0x1p-11f) == 0x3C00 && bfp8_f16_from_f32(1.0f + 3 * 0x1p-11f) == 0x3C02, "ties");
-    uint16_t n = bfp8_f16_from_f32(float_of(0xFF800001u));
+    uint16_t n = bfp8_f16_from_f32(bfp8_f32_from_bits(0xFF800001u));
     CHECK(f16_is_nan(n) && (n & 0x8000), "NaN stays NaN: %04x", n);
     bad = 0;
     for (int i = 0; i < 1000000; i++) {
-        float x = i % 2 ? float_of((uint32_t)test_rand_u64()) : rand_float_exp(95, 145);
+        float x = i % 2 ? bfp8_f32_from_bits((uint32_t)test_rand_u64()) : rand_float_exp(95, 145);
         if (isnan(x)) continue;
         if (bfp8_f16_from_f32(x) != ref_f16(x) && bad++ < 5) fprintf(stderr, "f16 %a\n", x);
     }
@@ -317,14 +307,14 @@ static void test_store_f64(void) {
         if (store16(BFP8_DTYPE_F16, v) != ref_f16(v) && bad++ < 5) fprintf(stderr, "store f16 %a\n", v);
         float f = -1;
         bfp8_store_f64(&f, BFP8_DTYPE_F32, 0, v);
-        if (bits_of(f) != bits_of((float)v) && bad++ < 5) fprintf(stderr, "store f32 %a\n", v);
+        if (bfp8_f32_bits(f) != bfp8_f32_bits((float)v) && bad++ < 5) fprintf(stderr, "store f32 %a\n", v);
     }
     CHECK(bad == 0, "%d random bfp8_store_f64 mismatches", bad);
     float f = 0;
     bfp8_store_f64(&f, BFP8_DTYPE_F32, 0, 1e300);
     CHECK(isinf(f), "f32 overflow -> inf");
     bfp8_store_f64(&f, BFP8_DTYPE_F32, 0, 0x1p-149 * 1.5);
-    CHECK(bits_of(f) == 2, "f32 subnormal tie to even: %08x", bits_of(f));
+    CHECK(bfp8_f32_bits(f) == 2, "f32 subnormal tie to even: %08x", bfp8_f32_bits(f));
 }
 
 /* ---- names --------------------------------------------------------------------------------------------------- */

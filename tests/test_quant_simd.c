@@ -8,17 +8,6 @@
 
 #include <math.h>
 
-static uint32_t bits_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float from_bits(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
 
 /* ---- the encoder on its own: every fp32 around each rounding position ---------------------------------------- */
 
@@ -32,7 +21,7 @@ static void check_encode_batch(const float *xs, int n) {
     for (int i = 0; i < n; i++) {
         uint8_t want = isfinite(xs[i]) ? bfp8_e4m3_from_f32(xs[i]) : (signbit(xs[i]) ? 0xFF : 0x7F);
         if (q[i] != want && encode_mismatches++ < 5)
-            fprintf(stderr, "encode(%a = 0x%08x) = 0x%02x, want 0x%02x\n", xs[i], bits_of(xs[i]), q[i], want);
+            fprintf(stderr, "encode(%a = 0x%08x) = 0x%02x, want 0x%02x\n", xs[i], bfp8_f32_bits(xs[i]), q[i], want);
     }
     for (int i = n; i < (int)sizeof q; i++)
         if (q[i] != 0xA5 && encode_mismatches++ < 5) fprintf(stderr, "encode wrote past n = %d at %d\n", n, i);
@@ -78,11 +67,11 @@ static void test_encoder_exhaustive(void) {
                     uint32_t tails[] = {0, 1, half - 1, half, half + 1, (half << 1) - 1};
                     for (int t = 0; t < 6; t++) {
                         uint32_t mant = ((top << 17) | tails[t]) & 0x7FFFFFu;
-                        batch_add(&b, from_bits((sign << 31) | (e << 23) | mant));
+                        batch_add(&b, bfp8_f32_from_bits((sign << 31) | (e << 23) | mant));
                     }
                 }
     /* Random bit patterns: NaN payloads, infinities, fp32 subnormals included. */
-    for (int i = 0; i < 200000; i++) batch_add(&b, from_bits((uint32_t)test_rand_u64()));
+    for (int i = 0; i < 200000; i++) batch_add(&b, bfp8_f32_from_bits((uint32_t)test_rand_u64()));
     batch_add(&b, 0.0f);
     batch_add(&b, -0.0f);
     batch_add(&b, INFINITY);
@@ -110,13 +99,13 @@ static void test_amax(void) {
         float want = 0.0f;
         int64_t want_bad = 0;
         for (int i = 0; i < n; i++) {
-            xs[i] = (trial & 1) ? from_bits((uint32_t)test_rand_u64()) : test_randn(1.0f) * ldexpf(1.0f, trial % 60 - 30);
+            xs[i] = (trial & 1) ? bfp8_f32_from_bits((uint32_t)test_rand_u64()) : test_randn(1.0f) * ldexpf(1.0f, trial % 60 - 30);
             if (isfinite(xs[i])) want = fmaxf(want, fabsf(xs[i]));
             else want_bad++;
         }
         int64_t got_bad = 7;
         float got = bfp8_quant_span_amax_avx2(xs, n, &got_bad);
-        if ((bits_of(got) != bits_of(want) || got_bad != 7 + want_bad) && bad_cases++ < 3)
+        if ((bfp8_f32_bits(got) != bfp8_f32_bits(want) || got_bad != 7 + want_bad) && bad_cases++ < 3)
             fprintf(stderr, "amax n=%d: %a (bad %lld), want %a (bad %lld)\n", n, got, (long long)got_bad - 7, want,
                     (long long)want_bad);
     }
@@ -195,7 +184,7 @@ static void fill_mixed(float *x, int64_t rows, int64_t k) {
             if (pick == 0) v = NAN;
             else if (pick == 1) v = INFINITY;
             else if (pick == 2) v = 0.0f;
-            else if (pick == 3) v = from_bits((uint32_t)test_rand_u64() & 0x007FFFFFu); /* fp32 subnormal */
+            else if (pick == 3) v = bfp8_f32_from_bits((uint32_t)test_rand_u64() & 0x007FFFFFu); /* fp32 subnormal */
             if (test_rand_u64() & 1) v = -v;
             x[r * k + c] = v;
         }

@@ -404,41 +404,35 @@ __global__ void __launch_bounds__(kThreads, 1)
                  * spilled, this one has no spills at 232 registers. */
                 float sva[kNumScales], svb[kNumScales];
                 float sb_a = __ldg(sb_row + kb0), sb_b = 0.0f;
-                int st_a = stage;
+                int st_a = stage, st_b = stage;
                 mbar_wait(full0 + 8 * stage, phase);
                 load_scales(stage, sva);
                 issue(acc, stage);
                 next_stage();
+                /* Issue block kb_next into (acc_next, sv_next) if there is one, then finish the block in flight
+                 * before it (acc_done): wait for it alone, give its stage back, promote it. */
+                auto step = [&](int kb_next, float(&acc_next)[BQ / 2], float(&sv_next)[kNumScales], float &sb_next,
+                                int &st_next, float(&acc_done)[BQ / 2], const float(&sv_done)[kNumScales],
+                                float sb_done, int st_done) {
+                    if (kb_next < kb1) {
+                        sb_next = __ldg(sb_row + kb_next);
+                        st_next = stage;
+                        mbar_wait(full0 + 8 * stage, phase);
+                        load_scales(stage, sv_next);
+                        issue(acc_next, stage);
+                        next_stage();
+                        wgmma_wait<1>();
+                    } else {
+                        wgmma_wait<0>();
+                    }
+                    fence_acc(acc_done);
+                    release(st_done);
+                    promote(total, acc_done, sv_done, sb_done);
+                };
                 for (int kb = kb0; kb < kb1; kb += 2) {
-                    int st_b = stage;
-                    if (kb + 1 < kb1) {
-                        sb_b = __ldg(sb_row + kb + 1);
-                        mbar_wait(full0 + 8 * stage, phase);
-                        load_scales(stage, svb);
-                        issue(acc2, stage);
-                        next_stage();
-                        wgmma_wait<1>();
-                    } else {
-                        wgmma_wait<0>();
-                    }
-                    fence_acc(acc);
-                    release(st_a);
-                    promote(total, acc, sva, sb_a);
+                    step(kb + 1, acc2, svb, sb_b, st_b, acc, sva, sb_a, st_a);
                     if (kb + 1 >= kb1) break;
-                    if (kb + 2 < kb1) {
-                        sb_a = __ldg(sb_row + kb + 2);
-                        st_a = stage;
-                        mbar_wait(full0 + 8 * stage, phase);
-                        load_scales(stage, sva);
-                        issue(acc, stage);
-                        next_stage();
-                        wgmma_wait<1>();
-                    } else {
-                        wgmma_wait<0>();
-                    }
-                    fence_acc(acc2);
-                    release(st_b);
-                    promote(total, acc2, svb, sb_b);
+                    step(kb + 2, acc, sva, sb_a, st_a, acc2, svb, sb_b, st_b);
                 }
             } else {
                 /* Swapped: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift
