@@ -23,9 +23,8 @@ import tempfile
 import ml_dtypes
 import numpy as np
 
-BLOCK = 128
-E4M3_MAX = np.float32(448.0)
-AMAX_FLOOR = np.float32(1e-10)
+from numpy_ref import BLOCK, Tally, quantize
+
 TOLERANCE_CPU = {"BF16": 8e-3, "F16": 1e-3, "F32": 1e-5}
 CALC_DIFF_LIMIT = 1e-3
 
@@ -77,48 +76,8 @@ def st_read(path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The independent implementation of DESIGN section 3
+# The block-scaled GEMM in float64 (the quantizer is tests/numpy_ref.py's)
 # ---------------------------------------------------------------------------------------------------------------
-def ceil_to_ue8m0(s):
-    """float32 array -> float32 powers of two: exponent of s, +1 if any mantissa bit, clamped to [1, 254]."""
-    bits = np.asarray(s, dtype=np.float32).view(np.uint32)
-    exponent = ((bits >> 23) & 0xFF).astype(np.int64)
-    exponent += (bits & 0x7FFFFF) != 0
-    exponent = np.clip(exponent, 1, 254)
-    return (exponent.astype(np.uint32) << 23).view(np.float32)
-
-
-def e4m3_bytes(v):
-    """float32 array -> E4M3 codes: saturate beyond +-448, RNE; NaN -> 0x7F with its sign."""
-    with np.errstate(invalid="ignore"):
-        clipped = np.clip(v, -E4M3_MAX, E4M3_MAX)  # NaN stays NaN
-    codes = clipped.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).copy()
-    nan = np.isnan(v)
-    codes[nan] = np.where(np.signbit(v[nan]), 0xFF, 0x7F)
-    return codes
-
-
-def quantize(x, rows_per_block, scale_format):
-    """x float32 [R, K]; groups of rows_per_block x 128. Returns (codes uint8 [R,K], scales float32, nonfinite)."""
-    x = np.asarray(x, dtype=np.float32)
-    rows, k = x.shape
-    rb, kb = -(-rows // rows_per_block), -(-k // BLOCK)
-    finite = np.isfinite(x)
-    # Missing elements of edge groups count as 0, which never exceeds a real |x| (>= 0) nor the 1e-10 floor.
-    padded = np.zeros((rb * rows_per_block, kb * BLOCK), dtype=np.float32)
-    padded[:rows, :k] = np.where(finite, np.abs(x), np.float32(0))
-    amax = padded.reshape(rb, rows_per_block, kb, BLOCK).max(axis=(1, 3))
-    amax = np.maximum(amax, AMAX_FLOOR)
-    scales = (amax / E4M3_MAX).astype(np.float32)
-    if scale_format == "ue8m0":
-        scales = ceil_to_ue8m0(scales)
-    full = np.repeat(np.repeat(scales, rows_per_block, axis=0), BLOCK, axis=1)[:rows, :k]
-    with np.errstate(invalid="ignore", over="ignore"):
-        scaled = (x / full).astype(np.float32)
-    scaled[~finite] = np.copysign(np.float32(np.nan), x[~finite])  # non-finite input -> NaN, sign kept
-    return e4m3_bytes(scaled), scales, int((~finite).sum())
-
-
 def dequant(codes, scales, rows_per_block):
     values = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
     rows, k = codes.shape
@@ -149,20 +108,6 @@ def calc_diff(x, y):
 # ---------------------------------------------------------------------------------------------------------------
 # The checks
 # ---------------------------------------------------------------------------------------------------------------
-class Tally:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, ok, what):
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print(f"FAIL: {what}", file=sys.stderr)
-        return ok
-
-
 def random_input(rng, rows, k, specials):
     """Normal values whose rows span 2^-20..2^20 (subnormal E4M3 codes and huge scales both occur)."""
     x = rng.standard_normal((rows, k)).astype(np.float32)
@@ -209,7 +154,7 @@ def crosscheck_quantize(cli, tmp, rng, tally):
                     continue
                 got = st_read(dst)
                 rows_per_block = 1 if kind == "act" else BLOCK
-                want_q, want_s, nonfinite = quantize(stored.astype(np.float32), rows_per_block, scale_format)
+                want_q, want_s, nonfinite = quantize(stored.astype(np.float32), rows_per_block, scale_format == "ue8m0")
                 scale_name = "x_scale" if kind == "act" else "x_scale_inv"
                 tally.check(set(got) == {"x", scale_name, "bias", "ids"}, f"{what}: tensors {sorted(got)}")
                 if "x" not in got or scale_name not in got:
@@ -244,7 +189,7 @@ def crosscheck_linear(cli, tmp, rng, tally):
     for m, n, k, out_dtype, bias_dtype in cases:
         what = f"linear M={m} N={n} K={k} out={out_dtype} bias={bias_dtype}"
         w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
-        qw, sw, _ = quantize(w, BLOCK, "fp32")
+        qw, sw, _ = quantize(w, BLOCK, False)
         x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
         weights = {"layer.weight": ("F8_E4M3", qw.view(ml_dtypes.float8_e4m3fn)),
                    "layer.weight_scale_inv": ("F32", sw)}
@@ -267,7 +212,7 @@ def crosscheck_linear(cli, tmp, rng, tally):
                            f"{what}: output tensors {[(k_, v[0], v[1].shape) for k_, v in got.items()]}"):
             continue
         y = got["y"][1].astype(np.float64)
-        qx, sx, _ = quantize(x.astype(np.float32), 1, "fp32")  # activations take the weight's scale format
+        qx, sx, _ = quantize(x.astype(np.float32), 1, False)  # activations take the weight's scale format
         want = block_gemm(qx, sx, qw, sw, bias)
         rel = np.linalg.norm(y - want) / np.linalg.norm(want)
         tally.check(np.isfinite(y).all(), f"{what}: non-finite outputs")

@@ -5,7 +5,8 @@ Usage: python3 tests/crosscheck_formats.py --build build [--seed N]
 Loads BUILD/libblockfp8.so with ctypes. Every expected value is computed here, independently of the library:
 E4M3 decoding and encoding by ml_dtypes.float8_e4m3fn (after clipping to +-448, since its cast gives NaN rather
 than saturating, and with the sign of NaN kept as DESIGN says), cross-checked by a second pure-numpy nearest-code
-encoder; bf16/f16 by ml_dtypes.bfloat16 / np.float16; the quantizers by a numpy implementation of section 3.
+encoder; bf16/f16 by ml_dtypes.bfloat16 / np.float16; the quantizers by the numpy implementation of section 3 in
+tests/numpy_ref.py.
 Ends with "crosscheck_formats: N passed, M failed" and exits non-zero on any failure.
 """
 import argparse
@@ -15,6 +16,8 @@ import sys
 
 import ml_dtypes
 import numpy as np
+
+from numpy_ref import Tally, e4m3_codes, quantize
 
 E4M3 = ml_dtypes.float8_e4m3fn
 F32, BF16, F16 = 0, 1, 2  # bfp8_dtype
@@ -26,19 +29,6 @@ LAYOUT_NAMES = ["row_major", "mn_major", "mn_major_aligned", "packed_ue8m0"]
 class Scales(ctypes.Structure):
     _fields_ = [("format", ctypes.c_int), ("layout", ctypes.c_int), ("rows", ctypes.c_int64),
                 ("kblocks", ctypes.c_int64), ("data", ctypes.c_void_p)]
-
-
-class Checker:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, ok, what):
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print(f"FAIL: {what}", file=sys.stderr)
 
 
 def load_library(build):
@@ -65,16 +55,7 @@ def load_library(build):
     return lib
 
 
-# ---- independent encoders ---------------------------------------------------------------------------------------
-
-def ref_e4m3(x):
-    """float32 array -> uint8 E4M3 codes by ml_dtypes: saturating, NaN -> 0x7F with the sign bit kept."""
-    x = np.asarray(x, dtype=np.float32)
-    sign = np.signbit(x).astype(np.uint8) << 7
-    a = np.minimum(np.abs(np.nan_to_num(x, nan=0.0, posinf=np.inf, neginf=np.inf)), np.float32(448))
-    codes = a.astype(E4M3).view(np.uint8) | sign
-    return np.where(np.isnan(x), np.uint8(0x7F) | sign, codes).astype(np.uint8)
-
+# ---- a second encoder, independent of numpy_ref.e4m3_codes ------------------------------------------------------
 
 def brute_e4m3(x):
     """A second encoder, pure numpy: nearest of the 127 non-negative finite values, ties to the even code."""
@@ -91,32 +72,6 @@ def brute_e4m3(x):
     pick = np.where(a == values[lo], lo, pick)
     sign = np.signbit(x).astype(np.uint8) << 7
     return np.where(np.isnan(x), 0x7F | sign, pick.astype(np.uint8) | sign).astype(np.uint8)
-
-
-def ue8m0_ceil(s):
-    bits = np.asarray(s, dtype=np.float32).view(np.uint32)
-    e = ((bits >> 23) & 0xFF).astype(np.int64) + ((bits & 0x7FFFFF) != 0)
-    return np.clip(e, 1, 254)
-
-
-def ref_quantize(xf, group_rows, fmt):
-    """DESIGN section 3 in numpy. xf: float32 [rows, k]. Returns q [rows, k], scales [ceil(rows/g), kblocks], count."""
-    rows, k = xf.shape
-    srows, kblocks = -(-rows // group_rows), -(-k // 128)
-    finite = np.isfinite(xf)
-    # Missing elements of edge groups are padded with 0 for the max only: |x| >= 0 makes them irrelevant.
-    padded = np.zeros((srows * group_rows, kblocks * 128), dtype=np.float32)
-    padded[:rows, :k] = np.where(finite, np.abs(xf), 0)
-    amax = padded.reshape(srows, group_rows, kblocks, 128).max(axis=(1, 3))
-    amax = np.maximum(amax, np.float32(1e-10))
-    s = (amax / np.float32(448)).astype(np.float32)
-    if fmt == SCALE_UE8M0:
-        s = (ue8m0_ceil(s).astype(np.uint32) << 23).view(np.float32)
-    s_full = np.repeat(np.repeat(s, group_rows, axis=0), 128, axis=1)[:rows, :k]
-    with np.errstate(invalid="ignore", over="ignore"):
-        q = ref_e4m3((xf / s_full).astype(np.float32))
-    q = np.where(finite, q, np.where(np.signbit(xf), 0xFF, 0x7F)).astype(np.uint8)
-    return q, s, int((~finite).sum())
 
 
 def layout_buffer(s, layout):
@@ -162,14 +117,14 @@ def check_e4m3(lib, ck, rng):
     special = np.array([448, 449, 464, 465, 480, 1e30, np.inf, np.nan, 0, 2**-10, 2**-9, 2**-12], dtype=np.float32)
     x = np.concatenate([wide, near, -near, special, -special]).astype(np.float32)
 
-    want_codes = ref_e4m3(x)
+    want_codes = e4m3_codes(x)
     ck.check(np.array_equal(want_codes, brute_e4m3(x)), "the two numpy E4M3 encoders agree")
     # The scalar encoder on a subset (ctypes calls are slow), the whole set through the quantizer below.
     sub = np.concatenate([x[:150_000], x[wide.size:]])
     got_sub = np.array([lib.bfp8_e4m3_from_f32(float(v)) for v in sub], dtype=np.uint8)
-    bad = np.nonzero(got_sub != ref_e4m3(sub))[0]
+    bad = np.nonzero(got_sub != e4m3_codes(sub))[0]
     ck.check(bad.size == 0, f"bfp8_e4m3_from_f32 on {sub.size} values: {bad.size} differ"
-             + (f", first x={sub[bad[0]]!r} got 0x{got_sub[bad[0]]:02x} want 0x{ref_e4m3(sub)[bad[0]]:02x}"
+             + (f", first x={sub[bad[0]]!r} got 0x{got_sub[bad[0]]:02x} want 0x{e4m3_codes(sub)[bad[0]]:02x}"
                 if bad.size else ""))
 
     # All 1e6+ values bit-exact in one call: in groups of 127 values next to a 448, the group scale is exactly
@@ -184,7 +139,7 @@ def check_e4m3(lib, ck, rng):
     sc_buf = np.empty(groups, dtype=np.float32)
     sc = Scales(SCALE_FP32, ROW_MAJOR, groups, 1, sc_buf.ctypes.data)
     st = lib.bfp8_quantize_act(a.ctypes.data, F32, groups, 128, q.ctypes.data, ctypes.byref(sc), None)
-    ok = st == 0 and np.all(sc_buf == 1.0) and np.array_equal(q, ref_e4m3(a))
+    ok = st == 0 and np.all(sc_buf == 1.0) and np.array_equal(q, e4m3_codes(a))
     ck.check(ok, f"E4M3 encoding of {inrange.size} values through a unit-scale quantization")
 
 
@@ -237,7 +192,7 @@ def check_quantizers(lib, ck, rng):
         with np.errstate(over="ignore"):
             xin = np.ascontiguousarray(x.astype(np_dtypes[dt]))
         xf = xin.astype(np.float32)
-        want_q, want_s, want_bad = ref_quantize(xf, g, fmt)
+        want_q, want_s, want_bad = quantize(xf, g, fmt == SCALE_UE8M0)
 
         srows, kblocks = want_s.shape
         nbytes = lib.bfp8_scales_bytes(layout, srows, kblocks)
@@ -267,7 +222,7 @@ def main():
     print(f"seed: --seed {seed}")
     rng = np.random.default_rng(seed)
     lib = load_library(args.build)
-    ck = Checker()
+    ck = Tally()
     check_e4m3(lib, ck, rng)
     check_16bit(lib, ck, rng)
     check_quantizers(lib, ck, rng)

@@ -10,13 +10,18 @@
 #include <string.h>
 #include <time.h>
 
+/* "blockfp8 CMD: message" and a newline, to stderr. */
+static void report(const char *cmd, const char *fmt, va_list ap) {
+    fprintf(stderr, "blockfp8 %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 int cli_error(int code, const char *cmd, const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "blockfp8 %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report(cmd, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     return code;
 }
 
@@ -28,11 +33,9 @@ int cli_lib_error(const char *cmd, const char *what, bfp8_status st) {
 
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "blockfp8 %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report(cmd, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     /* The synopsis only (the usage text up to its first blank line); --help has the rest. */
     const char *end = strstr(usage, "\n\n");
     fprintf(stderr, "%.*s\n(blockfp8 %s --help for details)\n", end ? (int)(end - usage) : (int)strlen(usage), usage,
