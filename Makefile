@@ -101,9 +101,12 @@ $(BUILD)/obj/%.o: %.c include/blockfp8.h src/internal.h $(wildcard src/*.h src/b
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -c $< -o $@
 
+# ptxas's resource report is kept beside each object (what tests/ptxas-check.sh reads); everything else it prints
+# still reaches the terminal.
 $(CUDA_OBJDIR)/%.o: src/backends/cuda/%.cu include/blockfp8.h src/internal.h $(wildcard src/backends/cuda/*.cuh src/backends/cuda/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2>$(@:.o=.ptxas.log); st=$$?; \
+	    grep -vE '^ptxas info|bytes stack frame' $(@:.o=.ptxas.log) >&2; exit $$st
 
 $(LIB_A): $(OBJS) $(CUDA_OBJS)
 	@rm -f $@
@@ -133,6 +136,7 @@ demo: all
 test: all
 	@sh scripts/install-deps.sh --check-test || sh scripts/install-deps.sh --test
 	$(MAKE) --no-print-directory check-unit
+	$(MAKE) --no-print-directory check-ptxas
 	$(MAKE) --no-print-directory check-asan
 	$(MAKE) --no-print-directory check-cli
 	$(MAKE) --no-print-directory check-crosscheck
@@ -141,6 +145,10 @@ test: all
 
 check-unit: $(TEST_BINS) $(CLI)
 	@sh tests/run-unit.sh $(BUILD)
+
+# The hopper kernels as compiled: no spills, no wgmma serialized by ptxas (tests/ptxas-check.sh says why).
+check-ptxas: all
+	@sh tests/ptxas-check.sh $(CUDA_OBJDIR) $(WITH_CUDA)
 
 check-asan:
 	$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 check-unit

@@ -45,9 +45,18 @@ export BFP8_REQUIRE_CUDA=1
 quick=${GPU_CHECK_QUICK:-0}
 [ "$quick" = 1 ] || step unit-suite sh tests/run-unit.sh build >>"$out/unit.log" 2>&1
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
-# hopper's decode plan that splits only the last wave's tiles, on every case where it applies (the model picks it
-# for some shapes only).
-step variants env BFP8_HOPPER_HYBRID=1 timeout 300 build/tests/test_hopper >"$out/test_hopper_variants.log" 2>&1
+# hopper's plans that its heuristic picks for some shapes only, each forced on every case: the decode split of only
+# the last wave's tiles, and each tiling (normal path with 64/128/192-wide weight tiles, swapped while M <= 128).
+hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=192 BFP8_HOPPER_TILE=swap"
+variants() {
+    local v rc=0
+    for v in $hopper_variants; do
+        echo "== $v"
+        env "$v" timeout 300 build/tests/test_hopper || rc=1
+    done
+    return $rc
+}
+step variants variants >"$out/test_hopper_variants.log" 2>&1
 
 # --- compute-sanitizer on a small run -------------------------------------------------------------------------------
 sanitize() {
@@ -57,6 +66,12 @@ sanitize() {
         BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda ||
             return 1
         timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small || return 1
+        # The normal-path tilings the default plan may not reach on the small cases.
+        for v in BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=192; do
+            echo "== $v"
+            env "$v" timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small ||
+                return 1
+        done
     done
 }
 step sanitizer sanitize >"$out/sanitizer.log" 2>&1
@@ -71,6 +86,8 @@ sass() {
             / (LDL|STL)[. ]/ {c[arch" local-memory LDL/STL (spills)"]++}
             END {for (x in c) print "  " x ": " c[x]}' | sort
     done
+    echo "== ptxas"
+    sh tests/ptxas-check.sh build/cuda 1
 }
 step sass sass >>"$out/build.log" 2>&1
 
@@ -86,9 +103,9 @@ head -2 "$out/unit.log" | tail -1
 for s in build unit-suite test_cuda variants sanitizer sass probe bench; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
 echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
 echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
-echo "-- test_hopper with BFP8_HOPPER_HYBRID=1:"
-grep -E '^hopper:' "$out/test_hopper_variants.log" 2>/dev/null | sed 's/^/  /'
-echo "-- sanitizer:"; grep -E 'SUMMARY|cuda:' "$out/sanitizer.log" | sed 's/^/  /'
+echo "-- test_hopper with each forced plan:"
+grep -E '^(== |hopper:)' "$out/test_hopper_variants.log" 2>/dev/null | paste - - | sed 's/^== /  /'
+echo "-- sanitizer:"; grep -E 'SUMMARY|cuda:|^== ' "$out/sanitizer.log" | sed 's/^/  /'
 echo "-- sass:"; sed -n '/^== /,$p' "$out/build.log" | sed 's/^/  /'
 echo "-- probe (cuBLASLt limits):"
 [ -f "$out/probe.log" ] && grep -vE ' ok$' "$out/probe.log" | cut -c1-150 | head -25 | sed 's/^/  /'

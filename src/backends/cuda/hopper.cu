@@ -3,19 +3,22 @@
  * y[m,n] = sum_kb sa[m,kb] * sb[n/128,kb] * (sum_{k in kb} a[m,k] b[n,k]) + bias[n], one rounding at the end.
  *
  * The kernel computes a 128 x BQ tile of a product P * Q^T where P and Q are both K-major e4m3 matrices:
- *  - normal (large M): P = A (activations, 128 rows a tile), Q = B (weights, BQ = 128 rows a tile);
+ *  - normal: P = A (activations, 128 rows a tile), Q = B (weights, BQ = 64, 128 or 192 rows a tile: the width
+ *    sets how many tiles there are to spread over the SMs);
  *  - swapped (decode, M <= 128): P = B (weights) and Q = A (tokens, BQ = M rounded up to 8..128), so the weight
  *    rows fill wgmma's M dimension and a one-token GEMM does not waste 63/64 of every instruction.
- * Either way a P tile of 128 rows lies inside one 128-row weight block or covers whole activation rows, and a Q
- * tile of BQ <= 128 (aligned) rows lies inside one weight block: every tile needs one weight scale per K block.
+ * A tile of 128 weight rows, or of 64 or 128 aligned ones, lies inside one 128-row weight block and needs one weight
+ * scale per K block; a 192-wide tile straddles two blocks, and its columns take one scale or the other by position.
  *
  * One CTA = 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA loads (P tile, Q tile, and the 128 or
  * BQ activation scales of the K block) into a ring of shared-memory stages, each completing on a "full" mbarrier.
  * Warpgroups 1 and 2 are consumers, 64 P rows each: per K block they wait on "full", read the block's activation
  * scales, run four m64nBQk32 wgmmas into a fresh fp32 partial, wait for them, release the stage on its "empty"
  * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
- * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path two partials alternate, so block
- * b+1's MMAs run while block b is promoted. setmaxnreg moves registers from the producer to the consumers.
+ * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path with BQ <= 128 two partials
+ * alternate, so block b+1's MMAs run while block b is promoted. setmaxnreg moves registers from the producer to the
+ * consumers. After changing a consumer loop, check `-Xptxas -v`: when ptxas cannot prove an accumulator idle it
+ * serializes the wgmmas and says so (C7514, C7518); the kernel stays correct, only slower.
  *
  * The grid is persistent: CTAs walk work units (P tile, Q tile, K split) with a stride of gridDim.x, so the
  * producer streams the next unit's data while the consumers finish the current one. Split-K (for decode and
@@ -85,7 +88,8 @@ template <int BQ, bool SWAP> struct Config {
     static constexpr int kOutPitch = SWAP ? 64 * 4 + 16 : BQ * 2 + 16;
     static constexpr int kOutRows = SWAP ? BQ : 64;
     static constexpr int kOutBytes = (2 * kOutRows * kOutPitch + 1023) / 1024 * 1024;
-    static_assert((kOutRows * kOutPitch) % 1024 == 0 || SWAP, "second warpgroup's TMA-store tile must be aligned");
+    static_assert(SWAP || (kOutRows * kOutPitch) % 1024 == 0, "second warpgroup's TMA-store tile must be aligned");
+    static_assert(SWAP || kOutRows * kOutPitch >= BQ / 64 * 8192, "a warpgroup's TMA-store boxes must fit");
     static constexpr int kStagesFit = (kMaxSmem - 1024 - kOutBytes - 256) / (kStageBytes + kScaleSlot + 16);
     static constexpr int kStages = kStagesFit > 12 ? 12 : kStagesFit;
     static constexpr int kSmemBytes = 1024 + kStages * (kStageBytes + kScaleSlot) + kOutBytes + kStages * 16;
@@ -120,41 +124,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
 }
-/* Multicast TMA load: the box lands at the same shared-memory offset, and completes on the barrier at the same
- * offset, in every CTA of the cluster named by `mask`. */
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1,
-                                                      uint32_t bar, uint16_t mask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
-                 ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-                 : "memory");
-}
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync_all() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-/* Arrives (release at cluster scope) on this CTA's barrier and on the barrier at the same offset in CTA `peer`. */
-__device__ __forceinline__ void mbar_arrive_local_and_peer(uint32_t bar, uint32_t peer) {
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(peer));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
 /* TMA store of a [64 rows][64 cols] 16-bit box from 128-byte-swizzled shared memory; completion is tracked by
  * bulk groups of the issuing thread. */
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1) {
@@ -224,12 +193,11 @@ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u) {
 }
 #endif
 
-/* MCAST: CTAs run in clusters of two on neighbouring P tiles (2*pair + rank) of the same Q tile and K range; each
- * loads its own P tile and half of the Q tile, multicast to both, which halves the L2 reads of the Q operand (the
- * weights on the normal path, the activations on the swapped one). A stage is refilled only when the consumers of
- * both CTAs have released it (each consumer warp arrives on both CTAs' "empty" barriers). p.p_tiles then counts
- * pairs. Opt-in only (mcast_enabled): measured slower. */
-template <int BQ, bool SWAP, bool MCAST>
+/* Two weight scales per tile on the normal path when BQ does not divide 128: a 192-wide tile straddles two
+ * 128-row weight blocks (columns before `split_col` take the first block's scale, the rest the next one's). */
+template <int BQ, bool SWAP> constexpr bool kStraddles = !SWAP && (128 % BQ) != 0;
+
+template <int BQ, bool SWAP>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_sa, const __grid_constant__ CUtensorMap map_y,
@@ -239,6 +207,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kStages = C::kStages;
     constexpr int kScaleRows = SWAP ? BQ : kBP; /* activation scales per K block of a tile */
     constexpr uint32_t kTxBytes = C::kStageBytes + kScaleRows * 4;
+    constexpr bool kStraddle = kStraddles<BQ, SWAP>;
+    /* The normal path keeps two partials in flight where registers allow (3 x BQ/2 fp32 under 232). */
+    constexpr bool kTwoPartials = !SWAP && BQ <= 128;
 
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -249,27 +220,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t tiles_u32 = smem_u32(tiles);
     const uint32_t full0 = smem_u32(bars), empty0 = smem_u32(bars + kStages);
 
-    static_assert(!MCAST || BQ >= 16, "each CTA multicasts whole 8-row swizzle atoms of the Q tile");
     /* A split-K reduce launched after this grid may start its launch now (it waits for this grid's completion). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int warpgroup = threadIdx.x / 128;
-    const uint32_t rank = MCAST ? cluster_ctarank() : 0;
-    const int cta_id = MCAST ? (int)(blockIdx.x / 2) : (int)blockIdx.x;
-    const int cta_count = MCAST ? (int)(gridDim.x / 2) : (int)gridDim.x;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
             mbar_init(full0 + 8 * s, 1);
-            /* One arrival per consumer warp (of each CTA with MCAST): 256 per-thread arrivals on one barrier per K
-             * block cost shared-memory atomics for nothing. */
-            mbar_init(empty0 + 8 * s, MCAST ? 2 * 8 : 8);
+            /* One arrival per consumer warp: 256 per-thread arrivals on one barrier per K block cost shared-memory
+             * atomics for nothing. */
+            mbar_init(empty0 + 8 * s, 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
-    if (MCAST)
-        cluster_sync_all(); /* the peer's barriers exist before anything targets them */
-    else
-        __syncthreads();
+    __syncthreads();
 
     if (warpgroup == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
@@ -279,25 +243,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma_prefetch_map(&map_sa);
             int stage = 0;
             uint32_t phase = 0;
-            for (int u = cta_id; u < p.units; u += cta_count) {
+            for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
                 const Unit unit = decode_unit(p, u);
-                const int pt = MCAST ? 2 * unit.pt + (int)rank : unit.pt, qt = unit.qt;
-                const int kb0 = unit.kb0, kb1 = unit.kb1;
-                const int act_row0 = SWAP ? qt * BQ : pt * kBP;
-                for (int kb = kb0; kb < kb1; kb++) {
-                    if (MCAST)
-                        mbar_wait_cluster(empty0 + 8 * stage, phase ^ 1);
-                    else
-                        mbar_wait(empty0 + 8 * stage, phase ^ 1);
+                const int act_row0 = SWAP ? unit.qt * BQ : unit.pt * kBP;
+                for (int kb = unit.kb0; kb < unit.kb1; kb++) {
+                    mbar_wait(empty0 + 8 * stage, phase ^ 1);
                     const uint32_t full = full0 + 8 * stage;
                     mbar_arrive_expect_tx(full, kTxBytes);
                     const uint32_t tile = tiles_u32 + stage * C::kStageBytes;
-                    tma_load_2d(tile, &map_p, kb * kBK, pt * kBP, full);
-                    if (MCAST)
-                        tma_load_2d_multicast(tile + C::kPBytes + rank * (BQ / 2) * kBK, &map_q, kb * kBK,
-                                              qt * BQ + (int)rank * (BQ / 2), full, (uint16_t)0x3);
-                    else
-                        tma_load_2d(tile + C::kPBytes, &map_q, kb * kBK, qt * BQ, full);
+                    tma_load_2d(tile, &map_p, kb * kBK, unit.pt * kBP, full);
+                    tma_load_2d(tile + C::kPBytes, &map_q, kb * kBK, unit.qt * BQ, full);
                     tma_load_2d(smem_u32(scales + stage * (C::kScaleSlot / 4)), &map_sa, act_row0, kb, full);
                     if (++stage == kStages) {
                         stage = 0;
@@ -354,20 +309,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* The stage's MMAs and scale reads are done: one arrival per warp gives it back. */
         auto release = [&](int st) {
             __syncwarp();
-            if (lane == 0) {
-                if (MCAST)
-                    mbar_arrive_local_and_peer(empty0 + 8 * st, rank ^ 1);
-                else
-                    mbar_arrive(empty0 + 8 * st);
-            }
+            if (lane == 0) mbar_arrive(empty0 + 8 * st);
         };
-        /* total += partial * sa * sb. */
-        auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales],
-                           float sb) {
+        /* Tile columns from split_col on take the next weight block's scale (kStraddle only). */
+        int split_col = BQ;
+        /* total += partial * sa * sb (sb_hi: the straddling tile's second weight scale). */
+        auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb,
+                           float sb_hi) {
             if (!SWAP) {
                 const float s0 = sv[0] * sb, s1 = sv[1] * sb;
+                const float h0 = kStraddle ? sv[0] * sb_hi : s0, h1 = kStraddle ? sv[1] * sb_hi : s1;
 #pragma unroll
-                for (int i = 0; i < BQ / 2; i++) total[i] = fmaf(acc[i], (i & 2) ? s1 : s0, total[i]);
+                for (int j = 0; j < BQ / 8; j++) {
+                    const bool hi = kStraddle && 8 * j >= split_col;
+                    const float r0 = hi ? h0 : s0, r1 = hi ? h1 : s1;
+                    total[4 * j + 0] = fmaf(acc[4 * j + 0], r0, total[4 * j + 0]);
+                    total[4 * j + 1] = fmaf(acc[4 * j + 1], r0, total[4 * j + 1]);
+                    total[4 * j + 2] = fmaf(acc[4 * j + 2], r1, total[4 * j + 2]);
+                    total[4 * j + 3] = fmaf(acc[4 * j + 3], r1, total[4 * j + 3]);
+                }
             } else {
 #pragma unroll
                 for (int j = 0; j < BQ / 8; j++) {
@@ -382,73 +342,88 @@ __global__ void __launch_bounds__(kThreads, 1)
         auto next_stage = [&]() {
             if (++stage == kStages) stage = 0, phase ^= 1;
         };
-        float acc2[SWAP ? 1 : BQ / 2]; /* the second partial of the normal path's pipelined loop */
+        float acc2[kTwoPartials ? BQ / 2 : 1]; /* the second partial of the pipelined loop */
 #pragma unroll
-        for (int i = 0; i < (SWAP ? 1 : BQ / 2); i++) acc2[i] = 0.0f;
+        for (int i = 0; i < (kTwoPartials ? BQ / 2 : 1); i++) acc2[i] = 0.0f;
 
-        for (int u = cta_id; u < p.units; u += cta_count) {
+        for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
             const Unit unit = decode_unit(p, u);
-            const int pt = MCAST ? 2 * unit.pt + (int)rank : unit.pt, qt = unit.qt, split = unit.split;
+            const int pt = unit.pt, qt = unit.qt, split = unit.split;
             const int kb0 = unit.kb0, kb1 = unit.kb1;
+            const int64_t p_base = (int64_t)pt * kBP + wg * 64; /* first P row of this warpgroup */
+            const int64_t q_base = (int64_t)qt * BQ;
             const int weight_block = SWAP ? pt : (qt * BQ) / 128;
             const float *sb_row = p.sb + (int64_t)weight_block * p.kblocks;
+            /* The straddling tile's second block (the first one's again past the last weight block: no valid
+             * column uses it then). */
+            const float *sb_hi_row = kStraddle && (int64_t)(weight_block + 1) * 128 < p.n ? sb_row + p.kblocks : sb_row;
+            split_col = kStraddle ? 128 * (weight_block + 1) - qt * BQ : BQ;
             float total[BQ / 2];
 #pragma unroll
             for (int i = 0; i < BQ / 2; i++) total[i] = 0.0f;
 
-            if constexpr (!SWAP) {
+            if constexpr (kTwoPartials) {
                 /* Two partials in flight: block b+1's MMAs are issued before block b is promoted, so this
                  * warpgroup's promotion overlaps its own next MMAs, not only the other warpgroup's. Normal path
                  * only, where a block's scales are two registers (swapped, they are BQ / 4). Measured 0.3-5% faster
                  * than the loop below on all 16 cells with M >= 512 (bench/hopper-notes.md, v4); the v2 attempt
                  * spilled, this one has no spills at 232 registers. */
                 float sva[kNumScales], svb[kNumScales];
-                float sb_a = __ldg(sb_row + kb0), sb_b = 0.0f;
-                int st_a = stage, st_b = stage;
-                mbar_wait(full0 + 8 * stage, phase);
-                load_scales(stage, sva);
-                issue(acc, stage);
-                next_stage();
-                /* Issue block kb_next into (acc_next, sv_next) if there is one, then finish the block in flight
-                 * before it (acc_done): wait for it alone, give its stage back, promote it. */
-                auto step = [&](int kb_next, float(&acc_next)[BQ / 2], float(&sv_next)[kNumScales], float &sb_next,
-                                int &st_next, float(&acc_done)[BQ / 2], const float(&sv_done)[kNumScales],
-                                float sb_done, int st_done) {
-                    if (kb_next < kb1) {
-                        sb_next = __ldg(sb_row + kb_next);
-                        st_next = stage;
-                        mbar_wait(full0 + 8 * stage, phase);
-                        load_scales(stage, sv_next);
-                        issue(acc_next, stage);
-                        next_stage();
-                        wgmma_wait<1>();
-                    } else {
-                        wgmma_wait<0>();
-                    }
-                    fence_acc(acc_done);
-                    release(st_done);
-                    promote(total, acc_done, sv_done, sb_done);
+                float sb_a = 0.0f, sb_b = 0.0f;
+                int st_a = 0, st_b = 0;
+                /* Block kb into (acc, sv, sb, st): wait for its stage, read its scales, issue its MMAs. */
+                auto begin = [&](int kb, float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
+                    sb = __ldg(sb_row + kb);
+                    st = stage;
+                    mbar_wait(full0 + 8 * stage, phase);
+                    load_scales(stage, sv);
+                    issue(acc, stage);
+                    next_stage();
                 };
-                for (int kb = kb0; kb < kb1; kb += 2) {
-                    step(kb + 1, acc2, svb, sb_b, st_b, acc, sva, sb_a, st_a);
-                    if (kb + 1 >= kb1) break;
-                    step(kb + 2, acc, sva, sb_a, st_a, acc2, svb, sb_b, st_b);
+                /* A block whose MMAs are complete: give its stage back, promote it. */
+                auto finish = [&](float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb, int st) {
+                    fence_acc(acc);
+                    release(st);
+                    promote(total, acc, sv, sb, sb);
+                };
+                begin(kb0, acc, sva, sb_a, st_a);
+                int kb = kb0 + 1;
+                for (; kb + 1 < kb1; kb += 2) {
+                    begin(kb, acc2, svb, sb_b, st_b);
+                    wgmma_wait<1>();
+                    finish(acc, sva, sb_a, st_a);
+                    begin(kb + 1, acc, sva, sb_a, st_a);
+                    wgmma_wait<1>();
+                    finish(acc2, svb, sb_b, st_b);
+                }
+                if (kb < kb1) {
+                    begin(kb, acc2, svb, sb_b, st_b);
+                    wgmma_wait<1>();
+                    finish(acc, sva, sb_a, st_a);
+                    wgmma_wait<0>();
+                    finish(acc2, svb, sb_b, st_b);
+                } else {
+                    wgmma_wait<0>();
+                    finish(acc, sva, sb_a, st_a);
                 }
             } else {
-                /* Swapped: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift
-                 * apart and overlap each other's promotion. */
-                float sb_next = __ldg(sb_row + kb0);
+                /* One partial: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups
+                 * drift apart and overlap each other's promotion. */
+                float sb_next = __ldg(sb_row + kb0), sb_hi_next = kStraddle ? __ldg(sb_hi_row + kb0) : 0.0f;
                 float sv[kNumScales];
                 for (int kb = kb0; kb < kb1; kb++) {
-                    const float sb = sb_next;
-                    if (kb + 1 < kb1) sb_next = __ldg(sb_row + kb + 1); /* hidden behind this block's MMAs */
+                    const float sb = sb_next, sb_hi = sb_hi_next;
+                    if (kb + 1 < kb1) { /* hidden behind this block's MMAs */
+                        sb_next = __ldg(sb_row + kb + 1);
+                        if (kStraddle) sb_hi_next = __ldg(sb_hi_row + kb + 1);
+                    }
                     mbar_wait(full0 + 8 * stage, phase);
                     load_scales(stage, sv);
                     issue(acc, stage);
                     wgmma_wait<0>();
                     fence_acc(acc);
                     release(stage);
-                    promote(total, acc, sv, sb);
+                    promote(total, acc, sv, sb, sb_hi);
                     next_stage();
                 }
             }
@@ -457,14 +432,13 @@ __global__ void __launch_bounds__(kThreads, 1)
              * Q column 8*(i/4) + 2*(lane%4) + i%2. Staged through shared memory so that global stores are whole
              * 16-byte chunks of output rows; the producer keeps loading the next unit meanwhile. */
             uint8_t *stage_out = out_stage + wg * (C::kOutRows * C::kOutPitch);
-            const int64_t p_base = (int64_t)pt * kBP + wg * 64; /* first P row of this warpgroup */
-            const int64_t q_base = (int64_t)qt * BQ;
-            if (!SWAP && p.y_tma) {
-                /* Pack bf16/f16 pairs into two [64][64] boxes laid out with the 128-byte swizzle (16-byte chunk c
-                 * of row r at chunk c ^ (r % 8): conflict-free here, and what the TMA expects), then one thread
-                 * stores them with TMA and the warpgroup moves on to the next unit while the store drains. */
-                if (t == 0) bulk_wait_read_all(); /* the previous unit's store has read the staging buffer */
-                named_barrier_sync(1 + wg);
+            if (!SWAP && !unit.partial && p.y_dtype != 0) {
+                /* 16-bit output: bias added, pairs packed into shared memory. With y_tma the layout is [BQ/64]
+                 * boxes of [64][64] with the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8):
+                 * conflict-free here, and what the TMA expects), and one thread stores them with TMA while the
+                 * warpgroup moves on to the next unit; otherwise padded rows, copied out in 16-byte chunks. */
+                if (p.y_tma && t == 0) bulk_wait_read_all(); /* the previous unit's store has read the buffer */
+                named_barrier_sync(1 + wg); /* ... and (staged) the previous unit's copy-out is done */
 #pragma unroll
                 for (int j = 0; j < BQ / 8; j++) {
 #pragma unroll
@@ -484,56 +458,36 @@ __global__ void __launch_bounds__(kThreads, 1)
                             __half2 h2 = __floats2half2_rn(v0, v1);
                             memcpy(&packed, &h2, 4);
                         }
-                        const int half = c / 64, cc = c % 64;
-                        const int off = half * 8192 + r * 128 + (((cc / 8) ^ (r & 7)) << 4) + (cc % 8) * 2;
+                        const int cc = c % 64;
+                        const int off = p.y_tma ? (c / 64) * 8192 + r * 128 + (((cc / 8) ^ (r & 7)) << 4) + (cc % 8) * 2
+                                                : r * C::kOutPitch + c * 2;
                         *(uint32_t *)(stage_out + off) = packed;
                     }
                 }
-                fence_proxy_async();
-                named_barrier_sync(1 + wg);
-                if (t == 0) {
-                    const uint32_t src = smem_u32(stage_out);
+                if (p.y_tma) {
+                    fence_proxy_async();
+                    named_barrier_sync(1 + wg);
+                    if (t == 0) {
+                        const uint32_t src = smem_u32(stage_out);
 #pragma unroll
-                    for (int half = 0; half < BQ / 64; half++)
-                        tma_store_2d(&map_y, src + half * 8192, (int)q_base + 64 * half, (int)p_base);
-                    bulk_commit();
-                }
-            } else if (!SWAP && !unit.partial && p.y_dtype != 0) {
-                named_barrier_sync(1 + wg); /* the previous unit's copy-out has read the staging buffer */
-#pragma unroll
-                for (int j = 0; j < BQ / 8; j++) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int r = warp * 16 + lane / 4 + 8 * h, c = 8 * j + 2 * (lane % 4);
-                        float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
-                        if (p.bias_dtype >= 0) {
-                            const int64_t n0 = q_base + c;
-                            if (n0 < p.n) v0 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0);
-                            if (n0 + 1 < p.n) v1 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0 + 1);
-                        }
-                        uint32_t packed;
-                        if (p.y_dtype == 1) {
-                            __nv_bfloat162 b2 = __floats2bfloat162_rn(v0, v1);
-                            memcpy(&packed, &b2, 4);
-                        } else {
-                            __half2 h2 = __floats2half2_rn(v0, v1);
-                            memcpy(&packed, &h2, 4);
-                        }
-                        *(uint32_t *)(stage_out + r * C::kOutPitch + c * 2) = packed;
+                        for (int box = 0; box < BQ / 64; box++)
+                            tma_store_2d(&map_y, src + box * 8192, (int)q_base + 64 * box, (int)p_base);
+                        bulk_commit();
                     }
-                }
-                named_barrier_sync(1 + wg);
-                constexpr int kChunks = BQ / 8; /* 16-byte chunks per staged row */
-                for (int idx = t; idx < 64 * kChunks; idx += 128) {
-                    const int r = idx / kChunks, ch = idx % kChunks;
-                    const int64_t row = p_base + r, col = q_base + ch * 8;
-                    if (row >= p.m || col >= p.n) continue;
-                    const uint8_t *src = stage_out + r * C::kOutPitch + ch * 16;
-                    uint16_t *dst = (uint16_t *)p.y + row * p.n + col;
-                    if (p.y_vec && col + 8 <= p.n) {
-                        *(uint4 *)dst = *(const uint4 *)src;
-                    } else {
-                        for (int e = 0; e < 8 && col + e < p.n; e++) dst[e] = ((const uint16_t *)src)[e];
+                } else {
+                    named_barrier_sync(1 + wg);
+                    constexpr int kChunks = BQ / 8; /* 16-byte chunks per staged row */
+                    for (int idx = t; idx < 64 * kChunks; idx += 128) {
+                        const int r = idx / kChunks, ch = idx % kChunks;
+                        const int64_t row = p_base + r, col = q_base + ch * 8;
+                        if (row >= p.m || col >= p.n) continue;
+                        const uint8_t *src = stage_out + r * C::kOutPitch + ch * 16;
+                        uint16_t *dst = (uint16_t *)p.y + row * p.n + col;
+                        if (p.y_vec && col + 8 <= p.n) {
+                            *(uint4 *)dst = *(const uint4 *)src;
+                        } else {
+                            for (int e = 0; e < 8 && col + e < p.n; e++) dst[e] = ((const uint16_t *)src)[e];
+                        }
                     }
                 }
             } else if (!SWAP) {
@@ -614,8 +568,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all(); /* the last stores complete before the CTA exits */
     }
-    /* The peer may still arrive on this CTA's barriers: neither CTA leaves before both are done. */
-    if (MCAST) cluster_sync_all();
 #endif
 }
 
@@ -703,22 +655,11 @@ __global__ void hopper_splitk_reduce(const float *__restrict__ ws, int splits, i
 
 struct Plan {
     bool swap;
-    bool mcast; /* clusters of two CTAs sharing the Q tile (even P-tile count; BQ >= 64 when swapped) */
     int bq;
     int p_tiles, q_tiles, splits, kb_per_split, units, grid;
-    int whole_units; /* see HopperParams */
+    int whole_units;  /* see HopperParams */
+    double model_s;   /* the time model's estimate, for choosing between tilings */
 };
-
-/* BFP8_HOPPER_MCAST=1 turns on the 2-CTA multicast kernel. Off: correct (tests, memcheck) but measured 2-2.6x
- * slower than the plain kernel on the H200, with the grid capped at the clusters that fit (bench/hopper-notes.md,
- * v3 and v4); kept for that investigation. Read once. */
-bool mcast_enabled(void) {
-    static const bool on = [] {
-        const char *e = getenv("BFP8_HOPPER_MCAST");
-        return e && e[0] == '1';
-    }();
-    return on;
-}
 
 /* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (decode, long K,
  * tiles > SMs; for tests and side-by-side measurement); unset: the time model decides. Read once. */
@@ -730,22 +671,32 @@ int hybrid_mode(void) {
     return mode;
 }
 
-/* Swap A and B while M fits one Q tile (decode). Split K when there are too few tiles to fill the SMs evenly,
- * choosing the split count that minimizes a simple time model: waves of units x (K blocks per unit x the time of
- * one block on one SM + a fixed cost per unit), plus the workspace traffic and the reduce of a split. A block's time
- * is the larger of its weight bytes from HBM at a 1/sms share of the bandwidth (activations and, at large M,
- * weights come from L2) and its FLOPs at a 1/sms share of ~1000 TFLOP/s. The per-unit cost (~0.5 us: epilogue,
- * barriers, pipeline refill) and the reduce's ~3 us come from the H200 (ncu: M=1 7168x2048 was split 16 ways into
- * one-block units, GEMM 9.6 us + reduce 7 us, where 2 splits model faster; with 2 us the model split M=1
- * 24576x1536 in two, 22.0 us, where the unsplit plan of M=16 took 18.1; bench/hopper-notes.md, v4). */
-Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
+/* BFP8_HOPPER_TILE forces one tiling, for tests and side-by-side measurement: "swap" (swapped while M <= 128) or
+ * 64, 128, 192 (the normal path with that weight-tile width). Unset or anything else: 0, make_plan decides. */
+int tile_override(void) {
+    static const int tile = [] {
+        const char *e = getenv("BFP8_HOPPER_TILE");
+        if (!e) return 0;
+        if (!strcmp(e, "swap")) return 1;
+        const int v = atoi(e);
+        return v == 64 || v == 128 || v == 192 ? v : 0;
+    }();
+    return tile;
+}
+
+/* One tiling (swapped with Q tiles of bq tokens, or normal with weight tiles of bq rows) and its K split. Split K
+ * when there are too few tiles to fill the SMs evenly, choosing the split count that minimizes a simple time model:
+ * waves of units x (K blocks per unit x the time of one block on one SM + a fixed cost per unit), plus the
+ * workspace traffic and the reduce of a split. A block's time is the larger of its weight bytes from HBM at a 1/sms
+ * share of the bandwidth (activations and, at large M, weights come from L2) and its FLOPs at a 1/sms share of
+ * ~1000 TFLOP/s. The per-unit cost (~0.5 us: epilogue, barriers, pipeline refill) and the reduce's ~3 us come from
+ * the H200 (ncu: M=1 7168x2048 was split 16 ways into one-block units, GEMM 9.6 us + reduce 7 us, where 2 splits
+ * model faster; with 2 us the model split M=1 24576x1536 in two, 22.0 us, where the unsplit plan of M=16 took
+ * 18.1; bench/hopper-notes.md, v4). */
+Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
     Plan pl = {};
-    pl.swap = m <= 128;
-    pl.bq = 128;
-    if (pl.swap) {
-        pl.bq = 8;
-        while (pl.bq < m) pl.bq *= 2;
-    }
+    pl.swap = swap;
+    pl.bq = bq;
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
     pl.p_tiles = (int)bfp8_ceil_div(p_rows, kBP);
     pl.q_tiles = (int)bfp8_ceil_div(q_rows, pl.bq);
@@ -781,7 +732,8 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
      * splitting leaves 24 SMs running 56-block tiles alone at the end. Measured on the H200 (bench/hopper-notes.md,
      * v4) it pays only for long tiles: 36864x7168 (56 K blocks) M = 16/64/128: 82.5/92.4/128.3 -> 75.2/79.2/104.3
      * us; 24576x1536 (12 K blocks): 3-13% slower at M = 16..128, where the last wave is short and the tail's bytes
-     * stream at the chip's rate anyway. Hence kblocks >= 32. */
+     * stream at the chip's rate anyway. Hence kblocks >= 32. Swapped only: there the columns of whole tiles are a
+     * prefix of N, which is what the reduce skips. */
     if (pl.swap && tiles > sms && tiles % sms != 0 && kblocks >= 32 && hybrid_mode() != 0) {
         const int64_t whole = tiles / sms * sms, tail = tiles - whole;
         int s = (int)(sms / tail);
@@ -792,6 +744,7 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
             double t_h = (double)(whole / sms) * (kblocks * block_s + 0.5e-6) + (per * block_s + 0.5e-6);
             t_h += ((double)s * m * tail * kBP * 8.0) / chip_bw + 3.0e-6;
             if (t_h < best * 0.97 || hybrid_mode() == 1) {
+                best = t_h;
                 pl.splits = s;
                 pl.kb_per_split = per;
                 pl.whole_units = (int)whole;
@@ -801,12 +754,21 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     }
     pl.units = (int)units;
     pl.grid = (int)(units < sms ? units : sms);
-    pl.mcast = (!pl.swap || pl.bq >= 64) && pl.p_tiles % 2 == 0 && pl.whole_units == 0 && mcast_enabled();
-    if (pl.mcast) { /* units become pairs of P tiles; the launcher caps the clusters at what fits */
-        pl.units = (int)(units / 2);
-        pl.grid = 2 * (pl.units < sms / 2 ? pl.units : sms / 2);
-    }
+    pl.model_s = best;
     return pl;
+}
+
+/* Swapped while M fits one Q tile (decode), with the Q tile the power of two >= M; the normal path with 128-wide
+ * weight tiles otherwise. BFP8_HOPPER_TILE overrides (tile_override). */
+Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
+    const int forced = tile_override();
+    if (forced > 1) return plan_tiling(false, forced, m, n, k, sms);
+    if (m <= 128) {
+        int bq = 8;
+        while (bq < m) bq *= 2;
+        return plan_tiling(true, bq, m, n, k, sms);
+    }
+    return plan_tiling(false, 128, m, n, k, sms);
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn(void) {
@@ -870,10 +832,10 @@ bfp8_status encode_map(CUtensorMap *map, CUtensorMapDataType type, size_t elem, 
     return BFP8_OK;
 }
 
-template <int BQ, bool SWAP, bool MCAST>
+template <int BQ, bool SWAP>
 cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms, const CUtensorMap &my,
-                          const HopperParams &hp, int grid, cudaStream_t stream, int *launched) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP, MCAST>;
+                          const HopperParams &hp, int grid, cudaStream_t stream) {
+    auto kernel = hopper_gemm_kernel<BQ, SWAP>;
     const int smem = Config<BQ, SWAP>::kSmemBytes;
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (!attr_set) {
@@ -881,53 +843,25 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
         if (e != cudaSuccess) return e;
         attr_set = true;
     }
-    if (!MCAST) {
-        *launched = grid;
-        kernel<<<grid, kThreads, smem, stream>>>(mp, mq, ms, my, hp);
-        return cudaGetLastError();
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.blockDim = dim3(kThreads, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    /* A persistent grid must be co-resident: no more clusters than fit at once (GPCs with an odd SM count leave
-     * one SM out). Queried once. */
-    static int max_clusters = 0;
-    if (!max_clusters) {
-        cfg.gridDim = dim3(2 * 66, 1, 1);
-        cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &cfg);
-        if (e != cudaSuccess) return e;
-        if (max_clusters < 1) return cudaErrorInvalidConfiguration;
-    }
-    int clusters = grid / 2;
-    if (clusters > max_clusters) clusters = max_clusters;
-    cfg.gridDim = dim3(2 * clusters, 1, 1);
-    *launched = 2 * clusters;
-    return cudaLaunchKernelEx(&cfg, kernel, mp, mq, ms, my, hp);
+    kernel<<<grid, kThreads, smem, stream>>>(mp, mq, ms, my, hp);
+    return cudaGetLastError();
 }
 
 cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
-                           const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream, int *launched) {
-    if (!pl.swap)
-        return pl.mcast ? launch_kernel<128, false, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
-                        : launch_kernel<128, false, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
+                           const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream) {
+    if (!pl.swap) {
+        switch (pl.bq) {
+        case 64: return launch_kernel<64, false>(mp, mq, ms, my, hp, pl.grid, stream);
+        case 192: return launch_kernel<192, false>(mp, mq, ms, my, hp, pl.grid, stream);
+        default: return launch_kernel<128, false>(mp, mq, ms, my, hp, pl.grid, stream);
+        }
+    }
     switch (pl.bq) {
-    case 8: return launch_kernel<8, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
-    case 16: return launch_kernel<16, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
-    case 32: return launch_kernel<32, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
-    case 64:
-        return pl.mcast ? launch_kernel<64, true, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
-                        : launch_kernel<64, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
-    default:
-        return pl.mcast ? launch_kernel<128, true, true>(mp, mq, ms, my, hp, pl.grid, stream, launched)
-                        : launch_kernel<128, true, false>(mp, mq, ms, my, hp, pl.grid, stream, launched);
+    case 8: return launch_kernel<8, true>(mp, mq, ms, my, hp, pl.grid, stream);
+    case 16: return launch_kernel<16, true>(mp, mq, ms, my, hp, pl.grid, stream);
+    case 32: return launch_kernel<32, true>(mp, mq, ms, my, hp, pl.grid, stream);
+    case 64: return launch_kernel<64, true>(mp, mq, ms, my, hp, pl.grid, stream);
+    default: return launch_kernel<128, true>(mp, mq, ms, my, hp, pl.grid, stream);
     }
 }
 
@@ -989,8 +923,8 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
     CUtensorMap map_p, map_q, map_sa;
     BFP8_TRY(encode_map(&map_p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, kBP, true, "P"));
-    BFP8_TRY(encode_map(&map_q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK,
-                        (uint32_t)(pl.mcast ? pl.bq / 2 : pl.bq), true, "Q"));
+    BFP8_TRY(encode_map(&map_q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK, (uint32_t)pl.bq, true,
+                        "Q"));
     BFP8_TRY(encode_map(&map_sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, args->a_scales.data, kblocks, sa_ld, sa_ld,
                         pl.swap ? (uint32_t)pl.bq : (uint32_t)kBP, 1, false, "activation scales"));
 
@@ -999,7 +933,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.n = n;
     hp.k = k;
     hp.kblocks = (int)kblocks;
-    hp.p_tiles = pl.mcast ? pl.p_tiles / 2 : pl.p_tiles;
+    hp.p_tiles = pl.p_tiles;
     hp.q_tiles = pl.q_tiles;
     hp.splits = pl.splits;
     hp.kb_per_split = pl.kb_per_split;
@@ -1024,13 +958,12 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         BFP8_TRY(bfp8_cuda_malloc_async(&ws, bytes, args->stream));
         hp.workspace = (float *)ws;
     }
-    int launched = 0;
-    cudaError_t e = launch_planned(pl, map_p, map_q, map_sa, map_y, hp, stream, &launched);
+    cudaError_t e = launch_planned(pl, map_p, map_q, map_sa, map_y, hp, stream);
     if (log_plans())
         fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s BQ=%d splits=%d (K blocks per split %d) units=%d "
-                        "(whole %d) grid=%d%s\n",
+                        "(whole %d) grid=%d\n",
                 (long long)m, (long long)n, (long long)k, pl.swap ? "swapped" : "normal", pl.bq, pl.splits,
-                pl.kb_per_split, pl.units, pl.whole_units, launched, pl.mcast ? " (clusters of 2, multicast)" : "");
+                pl.kb_per_split, pl.units, pl.whole_units, pl.grid);
     if (e == cudaSuccess && pl.splits > 1) {
         /* Columns (weight rows, swapped) of whole tiles are final already; the reduce covers the rest. */
         const int64_t n0 = pl.swap ? (int64_t)pl.whole_units * kBP : 0, count = m * (n - n0);
