@@ -4,7 +4,7 @@
 The PTX instruction takes its N/2 fp32 accumulators as separate operands, so each width is one long but regular
 asm statement. Run from the repository root after changing WIDTHS: scripts/gen-wgmma.py > src/backends/cuda/hopper_wgmma.cuh
 """
-WIDTHS = (8, 16, 32, 64, 128, 192)
+WIDTHS = (8, 16, 32, 64, 128)
 
 HEADER = """/* FP8 wgmma wrappers: D[64 x N] (fp32, registers) (+)= A[64 x 32] * B[N x 32]^T, both e4m3 in shared memory,
  * K-major with the 128-byte swizzle, addressed by matrix descriptors. One function per N used by hopper.cu.

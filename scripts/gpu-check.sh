@@ -46,13 +46,15 @@ quick=${GPU_CHECK_QUICK:-0}
 [ "$quick" = 1 ] || step unit-suite sh tests/run-unit.sh build >>"$out/unit.log" 2>&1
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
 # hopper's plans that its heuristic picks for some shapes only, each forced on every case: the decode split of only
-# the last wave's tiles, and each tiling (normal path with 64/128/192-wide weight tiles, swapped while M <= 128).
-hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=192 BFP8_HOPPER_TILE=swap"
+# the last wave's tiles, each tiling (normal path with 64/128-wide weight tiles, swapped while M <= 128), and the
+# epilogue that stores a 128-wide tile in two pieces. Commas separate the variables of one variant.
+hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
+    BFP8_HOPPER_TILE=128,BFP8_HOPPER_SPLIT_OUT=1"
 variants() {
     local v rc=0
     for v in $hopper_variants; do
         echo "== $v"
-        env "$v" timeout 300 build/tests/test_hopper || rc=1
+        env $(echo "$v" | tr , ' ') timeout 300 build/tests/test_hopper || rc=1
     done
     return $rc
 }
@@ -66,11 +68,11 @@ sanitize() {
         BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda ||
             return 1
         timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small || return 1
-        # The normal-path tilings the default plan may not reach on the small cases.
-        for v in BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=192; do
+        # Plans the default does not reach on the small cases.
+        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_TILE=128,BFP8_HOPPER_SPLIT_OUT=1; do
             echo "== $v"
-            env "$v" timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small ||
-                return 1
+            env $(echo "$v" | tr , ' ') timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
+                build/tests/test_hopper --small || return 1
         done
     done
 }

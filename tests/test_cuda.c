@@ -332,7 +332,12 @@ static void check_gemm_case_y(bfp8_dispatcher *d, const char *name, gemm_case c,
             test_calc_diff_add(&cd, got, exact);
         }
     }
-    double rel = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
+    /* Outputs below the dtype's smallest normal count as that size: there one rounding is a larger share of the
+     * value than the tolerance (a lone fp16 output of 2.6e-5, k=1, rounds with a relative error of up to 1.1e-3; seen
+     * once in 4335 random cases on the H200). */
+    const double tiny = c.out == BFP8_DTYPE_F16 ? 6.103515625e-05 : 1.17549435e-38;
+    const double floor2 = (double)(rows_checked * n) * tiny * tiny;
+    double rel = sqrt(err2 / (ref2 > floor2 ? ref2 : floor2));
     double calc_diff = test_calc_diff_value(&cd);
     CHECK(unwritten == 0, "%s m=%" PRId64 " n=%" PRId64 " k=%" PRId64 ": %" PRId64 " outputs NaN/unwritten", name, m,
           n, k, unwritten);

@@ -391,7 +391,7 @@ static void small_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, b
 }
 
 static void test_small(const bfp8_backend *b) {
-    /* K at its boundaries (16, the step of 16, a partial last 128-block), both paths (M <= 128 swapped). */
+    /* K at its boundaries (16, the step of 16, a partial last 128-block), both paths (M <= 64 swapped). */
     small_case(b, 1, 8, 16, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 5, 200, 16, BFP8_SCALE_FP32, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     small_case(b, 33, 130, 48, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
@@ -401,12 +401,14 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 3, 1, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 129, 129, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     for (int64_t m = 8; m <= 128; m *= 2) small_case(b, m, 256, 384, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+    /* Both sides of the switch from the swapped to the normal path (M = 64 | 65), 64-wide weight tiles there. */
+    small_case(b, 65, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     /* Output dtypes on both paths; split-K on the normal path (few tiles, long K). */
     small_case(b, 64, 640, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
     small_case(b, 300, 256, 8192, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
     small_case(b, 300, 256, 8192, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
-    /* Normal path with an even number of M tiles (the multicast pairs) and the TMA-store epilogue (N % 8 == 0,
-     * 16-bit output), several tiles per CTA. */
+    /* Normal path with several M tiles and the TMA-store epilogue (N % 8 == 0, 16-bit output), several tiles per
+     * CTA, both weight-tile widths (64 for the first two, 128 for the last). */
     small_case(b, 512, 384, 1024, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_BF16);
     small_case(b, 256, 1000, 256, BFP8_SCALE_FP32, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
     small_case(b, 4096, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);

@@ -3,20 +3,20 @@
  * y[m,n] = sum_kb sa[m,kb] * sb[n/128,kb] * (sum_{k in kb} a[m,k] b[n,k]) + bias[n], one rounding at the end.
  *
  * The kernel computes a 128 x BQ tile of a product P * Q^T where P and Q are both K-major e4m3 matrices:
- *  - normal: P = A (activations, 128 rows a tile), Q = B (weights, BQ = 64, 128 or 192 rows a tile: the width
- *    sets how many tiles there are to spread over the SMs);
- *  - swapped (decode, M <= 128): P = B (weights) and Q = A (tokens, BQ = M rounded up to 8..128), so the weight
- *    rows fill wgmma's M dimension and a one-token GEMM does not waste 63/64 of every instruction.
- * A tile of 128 weight rows, or of 64 or 128 aligned ones, lies inside one 128-row weight block and needs one weight
- * scale per K block; a 192-wide tile straddles two blocks, and its columns take one scale or the other by position.
+ *  - normal: P = A (activations, 128 rows a tile), Q = B (weights, BQ = 64 or 128 rows a tile: the narrower
+ *    tile doubles the tiles to spread over the SMs when there are few);
+ *  - swapped (decode, M <= 64; up to 128 when forced): P = B (weights) and Q = A (tokens, BQ = M rounded up to
+ *    8..128), so the weight rows fill wgmma's M dimension and a one-token GEMM does not waste 63/64 of every
+ *    instruction.
+ * Either way a tile's weight rows (128 of them swapped, 64 or 128 aligned ones normal) lie inside one 128-row
+ * weight block: every tile needs one weight scale per K block.
  *
  * One CTA = 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA loads (P tile, Q tile, and the 128 or
  * BQ activation scales of the K block) into a ring of shared-memory stages, each completing on a "full" mbarrier.
  * Warpgroups 1 and 2 are consumers, 64 P rows each: per K block they wait on "full", read the block's activation
  * scales, run four m64nBQk32 wgmmas into a fresh fp32 partial, wait for them, release the stage on its "empty"
  * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
- * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path with BQ <= 128 two partials
- * alternate, so block b+1's MMAs run while block b is promoted. setmaxnreg moves registers from the producer to the
+ * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path two partials alternate, so block b+1's MMAs run while block b is promoted. setmaxnreg moves registers from the producer to the
  * consumers. After changing a consumer loop, check `-Xptxas -v`: when ptxas cannot prove an accumulator idle it
  * serializes the wgmmas and says so (C7514, C7518); the kernel stays correct, only slower.
  *
@@ -78,18 +78,21 @@ struct HopperParams {
     int y_tma;        /* normal path, no split, 16-bit output, y_vec: the epilogue stores through TMA (map_y) */
 };
 
-template <int BQ, bool SWAP> struct Config {
+/* OUTC: output columns the normal path's 16-bit epilogue stages at once (BQ, or 64: the tile goes out in pieces
+ * through a smaller buffer, which leaves room for one more pipeline stage). */
+template <int BQ, bool SWAP, int OUTC> struct Config {
     static constexpr int kPBytes = kBP * kBK;
     static constexpr int kQBytes = BQ * kBK;
     static constexpr int kStageBytes = kPBytes + kQBytes; /* multiple of 1024: the swizzle atom */
     static constexpr int kScaleSlot = 512;                 /* up to 128 fp32 activation scales */
     /* Output staging per consumer warpgroup, rows padded by 16 bytes (conflict-free fragment writes): normal =
-     * [64 rows][BQ] of 16-bit outputs, swapped = [BQ tokens][64 weight rows] of fp32 (transposed on the way). */
-    static constexpr int kOutPitch = SWAP ? 64 * 4 + 16 : BQ * 2 + 16;
+     * [64 rows][OUTC] of 16-bit outputs, swapped = [BQ tokens][64 weight rows] of fp32 (transposed on the way). */
+    static_assert(SWAP || OUTC == BQ || OUTC == 64, "the normal path stages the whole tile or 64 columns at once");
+    static constexpr int kOutPitch = SWAP ? 64 * 4 + 16 : OUTC * 2 + 16;
     static constexpr int kOutRows = SWAP ? BQ : 64;
     static constexpr int kOutBytes = (2 * kOutRows * kOutPitch + 1023) / 1024 * 1024;
     static_assert(SWAP || (kOutRows * kOutPitch) % 1024 == 0, "second warpgroup's TMA-store tile must be aligned");
-    static_assert(SWAP || kOutRows * kOutPitch >= BQ / 64 * 8192, "a warpgroup's TMA-store boxes must fit");
+    static_assert(SWAP || kOutRows * kOutPitch >= OUTC / 64 * 8192, "a warpgroup's TMA-store boxes must fit");
     static constexpr int kStagesFit = (kMaxSmem - 1024 - kOutBytes - 256) / (kStageBytes + kScaleSlot + 16);
     static constexpr int kStages = kStagesFit > 12 ? 12 : kStagesFit;
     static constexpr int kSmemBytes = 1024 + kStages * (kStageBytes + kScaleSlot) + kOutBytes + kStages * 16;
@@ -193,23 +196,17 @@ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u) {
 }
 #endif
 
-/* Two weight scales per tile on the normal path when BQ does not divide 128: a 192-wide tile straddles two
- * 128-row weight blocks (columns before `split_col` take the first block's scale, the rest the next one's). */
-template <int BQ, bool SWAP> constexpr bool kStraddles = !SWAP && (128 % BQ) != 0;
-
-template <int BQ, bool SWAP>
+template <int BQ, bool SWAP, int OUTC>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_sa, const __grid_constant__ CUtensorMap map_y,
                        const HopperParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using C = Config<BQ, SWAP>;
+    using C = Config<BQ, SWAP, OUTC>;
     constexpr int kStages = C::kStages;
     constexpr int kScaleRows = SWAP ? BQ : kBP; /* activation scales per K block of a tile */
     constexpr uint32_t kTxBytes = C::kStageBytes + kScaleRows * 4;
-    constexpr bool kStraddle = kStraddles<BQ, SWAP>;
-    /* The normal path keeps two partials in flight where registers allow (3 x BQ/2 fp32 under 232). */
-    constexpr bool kTwoPartials = !SWAP && BQ <= 128;
+    static_assert(128 % BQ == 0, "a tile's weight rows lie inside one 128-row weight block (one scale per K block)");
 
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -311,23 +308,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             __syncwarp();
             if (lane == 0) mbar_arrive(empty0 + 8 * st);
         };
-        /* Tile columns from split_col on take the next weight block's scale (kStraddle only). */
-        int split_col = BQ;
-        /* total += partial * sa * sb (sb_hi: the straddling tile's second weight scale). */
-        auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb,
-                           float sb_hi) {
+        /* total += partial * sa * sb. */
+        auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb) {
             if (!SWAP) {
                 const float s0 = sv[0] * sb, s1 = sv[1] * sb;
-                const float h0 = kStraddle ? sv[0] * sb_hi : s0, h1 = kStraddle ? sv[1] * sb_hi : s1;
 #pragma unroll
-                for (int j = 0; j < BQ / 8; j++) {
-                    const bool hi = kStraddle && 8 * j >= split_col;
-                    const float r0 = hi ? h0 : s0, r1 = hi ? h1 : s1;
-                    total[4 * j + 0] = fmaf(acc[4 * j + 0], r0, total[4 * j + 0]);
-                    total[4 * j + 1] = fmaf(acc[4 * j + 1], r0, total[4 * j + 1]);
-                    total[4 * j + 2] = fmaf(acc[4 * j + 2], r1, total[4 * j + 2]);
-                    total[4 * j + 3] = fmaf(acc[4 * j + 3], r1, total[4 * j + 3]);
-                }
+                for (int i = 0; i < BQ / 2; i++) total[i] = fmaf(acc[i], (i & 2) ? s1 : s0, total[i]);
             } else {
 #pragma unroll
                 for (int j = 0; j < BQ / 8; j++) {
@@ -342,9 +328,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         auto next_stage = [&]() {
             if (++stage == kStages) stage = 0, phase ^= 1;
         };
-        float acc2[kTwoPartials ? BQ / 2 : 1]; /* the second partial of the pipelined loop */
+        float acc2[SWAP ? 1 : BQ / 2]; /* the second partial of the normal path's pipelined loop */
 #pragma unroll
-        for (int i = 0; i < (kTwoPartials ? BQ / 2 : 1); i++) acc2[i] = 0.0f;
+        for (int i = 0; i < (SWAP ? 1 : BQ / 2); i++) acc2[i] = 0.0f;
 
         for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
             const Unit unit = decode_unit(p, u);
@@ -354,20 +340,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int64_t q_base = (int64_t)qt * BQ;
             const int weight_block = SWAP ? pt : (qt * BQ) / 128;
             const float *sb_row = p.sb + (int64_t)weight_block * p.kblocks;
-            /* The straddling tile's second block (the first one's again past the last weight block: no valid
-             * column uses it then). */
-            const float *sb_hi_row = kStraddle && (int64_t)(weight_block + 1) * 128 < p.n ? sb_row + p.kblocks : sb_row;
-            split_col = kStraddle ? 128 * (weight_block + 1) - qt * BQ : BQ;
             float total[BQ / 2];
 #pragma unroll
             for (int i = 0; i < BQ / 2; i++) total[i] = 0.0f;
 
-            if constexpr (kTwoPartials) {
+            if constexpr (!SWAP) {
                 /* Two partials in flight: block b+1's MMAs are issued before block b is promoted, so this
                  * warpgroup's promotion overlaps its own next MMAs, not only the other warpgroup's. Normal path
-                 * only, where a block's scales are two registers (swapped, they are BQ / 4). Measured 0.3-5% faster
-                 * than the loop below on all 16 cells with M >= 512 (bench/hopper-notes.md, v4); the v2 attempt
-                 * spilled, this one has no spills at 232 registers. */
+                 * only, where a block's scales are two registers (swapped, they are BQ / 4). Written as straight
+                 * code, a loop unrolled by two and a tail, with no branch between a wgmma and its wait: an earlier
+                 * form with the issue inside a conditional made ptxas serialize every wgmma of the kernel (C7514),
+                 * and removing that took M=4096 7168x16384 from 949 to 787 us (bench/hopper-notes.md, v5). */
                 float sva[kNumScales], svb[kNumScales];
                 float sb_a = 0.0f, sb_b = 0.0f;
                 int st_a = 0, st_b = 0;
@@ -384,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 auto finish = [&](float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb, int st) {
                     fence_acc(acc);
                     release(st);
-                    promote(total, acc, sv, sb, sb);
+                    promote(total, acc, sv, sb);
                 };
                 begin(kb0, acc, sva, sb_a, st_a);
                 int kb = kb0 + 1;
@@ -407,23 +390,20 @@ __global__ void __launch_bounds__(kThreads, 1)
                     finish(acc, sva, sb_a, st_a);
                 }
             } else {
-                /* One partial: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups
-                 * drift apart and overlap each other's promotion. */
-                float sb_next = __ldg(sb_row + kb0), sb_hi_next = kStraddle ? __ldg(sb_hi_row + kb0) : 0.0f;
+                /* Swapped: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift
+                 * apart and overlap each other's promotion. */
+                float sb_next = __ldg(sb_row + kb0);
                 float sv[kNumScales];
                 for (int kb = kb0; kb < kb1; kb++) {
-                    const float sb = sb_next, sb_hi = sb_hi_next;
-                    if (kb + 1 < kb1) { /* hidden behind this block's MMAs */
-                        sb_next = __ldg(sb_row + kb + 1);
-                        if (kStraddle) sb_hi_next = __ldg(sb_hi_row + kb + 1);
-                    }
+                    const float sb = sb_next;
+                    if (kb + 1 < kb1) sb_next = __ldg(sb_row + kb + 1); /* hidden behind this block's MMAs */
                     mbar_wait(full0 + 8 * stage, phase);
                     load_scales(stage, sv);
                     issue(acc, stage);
                     wgmma_wait<0>();
                     fence_acc(acc);
                     release(stage);
-                    promote(total, acc, sv, sb, sb_hi);
+                    promote(total, acc, sv, sb);
                     next_stage();
                 }
             }
@@ -433,60 +413,63 @@ __global__ void __launch_bounds__(kThreads, 1)
              * 16-byte chunks of output rows; the producer keeps loading the next unit meanwhile. */
             uint8_t *stage_out = out_stage + wg * (C::kOutRows * C::kOutPitch);
             if (!SWAP && !unit.partial && p.y_dtype != 0) {
-                /* 16-bit output: bias added, pairs packed into shared memory. With y_tma the layout is [BQ/64]
-                 * boxes of [64][64] with the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8):
-                 * conflict-free here, and what the TMA expects), and one thread stores them with TMA while the
-                 * warpgroup moves on to the next unit; otherwise padded rows, copied out in 16-byte chunks. */
-                if (p.y_tma && t == 0) bulk_wait_read_all(); /* the previous unit's store has read the buffer */
-                named_barrier_sync(1 + wg); /* ... and (staged) the previous unit's copy-out is done */
+                /* 16-bit output, OUTC columns at a time: bias added, pairs packed into shared memory. With y_tma
+                 * the layout is [OUTC/64] boxes of [64][64] with the 128-byte swizzle (16-byte chunk c of row r at
+                 * chunk c ^ (r % 8): conflict-free here, and what the TMA expects), and one thread stores them
+                 * with TMA while the warpgroup moves on; otherwise padded rows, copied out in 16-byte chunks. */
 #pragma unroll
-                for (int j = 0; j < BQ / 8; j++) {
+                for (int c0 = 0; c0 < BQ; c0 += OUTC) {
+                    if (p.y_tma && t == 0) bulk_wait_read_all(); /* the previous store has read the buffer */
+                    named_barrier_sync(1 + wg); /* ... and (staged) the previous copy-out is done */
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int r = warp * 16 + lane / 4 + 8 * h, c = 8 * j + 2 * (lane % 4);
-                        float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
-                        if (p.bias_dtype >= 0) {
-                            const int64_t n0 = q_base + c;
-                            if (n0 < p.n) v0 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0);
-                            if (n0 + 1 < p.n) v1 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0 + 1);
+                    for (int j = c0 / 8; j < (c0 + OUTC) / 8; j++) {
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int r = warp * 16 + lane / 4 + 8 * h, c = 8 * j + 2 * (lane % 4) - c0;
+                            float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
+                            if (p.bias_dtype >= 0) {
+                                const int64_t n0 = q_base + c0 + c;
+                                if (n0 < p.n) v0 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0);
+                                if (n0 + 1 < p.n) v1 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0 + 1);
+                            }
+                            uint32_t packed;
+                            if (p.y_dtype == 1) {
+                                __nv_bfloat162 b2 = __floats2bfloat162_rn(v0, v1);
+                                memcpy(&packed, &b2, 4);
+                            } else {
+                                __half2 h2 = __floats2half2_rn(v0, v1);
+                                memcpy(&packed, &h2, 4);
+                            }
+                            const int cc = c % 64;
+                            const int off = p.y_tma ? (c / 64) * 8192 + r * 128 + (((cc / 8) ^ (r & 7)) << 4) + (cc % 8) * 2
+                                                    : r * C::kOutPitch + c * 2;
+                            *(uint32_t *)(stage_out + off) = packed;
                         }
-                        uint32_t packed;
-                        if (p.y_dtype == 1) {
-                            __nv_bfloat162 b2 = __floats2bfloat162_rn(v0, v1);
-                            memcpy(&packed, &b2, 4);
-                        } else {
-                            __half2 h2 = __floats2half2_rn(v0, v1);
-                            memcpy(&packed, &h2, 4);
-                        }
-                        const int cc = c % 64;
-                        const int off = p.y_tma ? (c / 64) * 8192 + r * 128 + (((cc / 8) ^ (r & 7)) << 4) + (cc % 8) * 2
-                                                : r * C::kOutPitch + c * 2;
-                        *(uint32_t *)(stage_out + off) = packed;
                     }
-                }
-                if (p.y_tma) {
-                    fence_proxy_async();
-                    named_barrier_sync(1 + wg);
-                    if (t == 0) {
-                        const uint32_t src = smem_u32(stage_out);
+                    if (p.y_tma) {
+                        fence_proxy_async();
+                        named_barrier_sync(1 + wg);
+                        if (t == 0) {
+                            const uint32_t src = smem_u32(stage_out);
 #pragma unroll
-                        for (int box = 0; box < BQ / 64; box++)
-                            tma_store_2d(&map_y, src + box * 8192, (int)q_base + 64 * box, (int)p_base);
-                        bulk_commit();
-                    }
-                } else {
-                    named_barrier_sync(1 + wg);
-                    constexpr int kChunks = BQ / 8; /* 16-byte chunks per staged row */
-                    for (int idx = t; idx < 64 * kChunks; idx += 128) {
-                        const int r = idx / kChunks, ch = idx % kChunks;
-                        const int64_t row = p_base + r, col = q_base + ch * 8;
-                        if (row >= p.m || col >= p.n) continue;
-                        const uint8_t *src = stage_out + r * C::kOutPitch + ch * 16;
-                        uint16_t *dst = (uint16_t *)p.y + row * p.n + col;
-                        if (p.y_vec && col + 8 <= p.n) {
-                            *(uint4 *)dst = *(const uint4 *)src;
-                        } else {
-                            for (int e = 0; e < 8 && col + e < p.n; e++) dst[e] = ((const uint16_t *)src)[e];
+                            for (int box = 0; box < OUTC / 64; box++)
+                                tma_store_2d(&map_y, src + box * 8192, (int)(q_base + c0) + 64 * box, (int)p_base);
+                            bulk_commit();
+                        }
+                    } else {
+                        named_barrier_sync(1 + wg);
+                        constexpr int kChunks = OUTC / 8; /* 16-byte chunks per staged row */
+                        for (int idx = t; idx < 64 * kChunks; idx += 128) {
+                            const int r = idx / kChunks, ch = idx % kChunks;
+                            const int64_t row = p_base + r, col = q_base + c0 + ch * 8;
+                            if (row >= p.m || col >= p.n) continue;
+                            const uint8_t *src = stage_out + r * C::kOutPitch + ch * 16;
+                            uint16_t *dst = (uint16_t *)p.y + row * p.n + col;
+                            if (p.y_vec && col + 8 <= p.n) {
+                                *(uint4 *)dst = *(const uint4 *)src;
+                            } else {
+                                for (int e = 0; e < 8 && col + e < p.n; e++) dst[e] = ((const uint16_t *)src)[e];
+                            }
                         }
                     }
                 }
@@ -672,14 +655,14 @@ int hybrid_mode(void) {
 }
 
 /* BFP8_HOPPER_TILE forces one tiling, for tests and side-by-side measurement: "swap" (swapped while M <= 128) or
- * 64, 128, 192 (the normal path with that weight-tile width). Unset or anything else: 0, make_plan decides. */
+ * 64 or 128 (the normal path with that weight-tile width). Unset or anything else: 0, make_plan decides. Read once. */
 int tile_override(void) {
     static const int tile = [] {
         const char *e = getenv("BFP8_HOPPER_TILE");
         if (!e) return 0;
         if (!strcmp(e, "swap")) return 1;
         const int v = atoi(e);
-        return v == 64 || v == 128 || v == 192 ? v : 0;
+        return v == 64 || v == 128 ? v : 0;
     }();
     return tile;
 }
@@ -758,17 +741,26 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
     return pl;
 }
 
-/* Swapped while M fits one Q tile (decode), with the Q tile the power of two >= M; the normal path with 128-wide
- * weight tiles otherwise. BFP8_HOPPER_TILE overrides (tile_override). */
+/* The tiling, from a sweep of all three on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5):
+ *  - M <= 64: swapped, the Q tile the power of two >= M (fastest in 23 of 24 cells; the normal path's 128-row
+ *    activation tile is mostly padding there);
+ *  - otherwise the normal path, 64-wide weight tiles when their waves cost no more than the 128-wide tiles' waves:
+ *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
+ *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
+ *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
+ * BFP8_HOPPER_TILE overrides (tile_override). */
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     const int forced = tile_override();
     if (forced > 1) return plan_tiling(false, forced, m, n, k, sms);
-    if (m <= 128) {
+    if (m <= 64 || (forced == 1 && m <= 128)) {
         int bq = 8;
         while (bq < m) bq *= 2;
         return plan_tiling(true, bq, m, n, k, sms);
     }
-    return plan_tiling(false, 128, m, n, k, sms);
+    const int64_t p_tiles = bfp8_ceil_div(m, kBP);
+    const int64_t waves64 = bfp8_ceil_div(p_tiles * bfp8_ceil_div(n, 64), sms);
+    const int64_t waves128 = bfp8_ceil_div(p_tiles * bfp8_ceil_div(n, 128), sms);
+    return plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms);
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn(void) {
@@ -832,11 +824,11 @@ bfp8_status encode_map(CUtensorMap *map, CUtensorMapDataType type, size_t elem, 
     return BFP8_OK;
 }
 
-template <int BQ, bool SWAP>
+template <int BQ, bool SWAP, int OUTC = BQ>
 cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms, const CUtensorMap &my,
                           const HopperParams &hp, int grid, cudaStream_t stream) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP>;
-    const int smem = Config<BQ, SWAP>::kSmemBytes;
+    auto kernel = hopper_gemm_kernel<BQ, SWAP, OUTC>;
+    const int smem = Config<BQ, SWAP, OUTC>::kSmemBytes;
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -847,13 +839,24 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
     return cudaGetLastError();
 }
 
+/* BFP8_HOPPER_SPLIT_OUT=1: the 128-wide normal tile's epilogue stages 64 columns at a time (6 pipeline stages
+ * instead of 5). An experiment, measured side by side (bench/hopper-notes.md, v5). Read once. */
+bool split_out_enabled(void) {
+    static const bool on = [] {
+        const char *e = getenv("BFP8_HOPPER_SPLIT_OUT");
+        return e && e[0] == '1';
+    }();
+    return on;
+}
+
 cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
                            const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream) {
     if (!pl.swap) {
         switch (pl.bq) {
         case 64: return launch_kernel<64, false>(mp, mq, ms, my, hp, pl.grid, stream);
-        case 192: return launch_kernel<192, false>(mp, mq, ms, my, hp, pl.grid, stream);
-        default: return launch_kernel<128, false>(mp, mq, ms, my, hp, pl.grid, stream);
+        default:
+            return split_out_enabled() ? launch_kernel<128, false, 64>(mp, mq, ms, my, hp, pl.grid, stream)
+                                       : launch_kernel<128, false>(mp, mq, ms, my, hp, pl.grid, stream);
         }
     }
     switch (pl.bq) {
@@ -1004,14 +1007,17 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
     return hopper_run(args, info.num_sms);
 }
 
-/* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, same-run table of 2026-11-30 23:18 UTC): every
- * M=1 cell (1.13-2.03x); M=16 with at least 16 MiB of weights (1.01-1.39x; 7168x2048, 14 MiB: 0.92x); M <= 64 with
- * K >= 7168 (1.00-1.39x). Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks below it and serves only
- * what cuBLASLt declines. */
+/* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run table): every M <= 4 cell;
+ * M <= 16 with at least 16 MiB of weights; M <= 64 with K >= 7168; and above M = 64, with K <= 7168, where the
+ * normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with N=2112:
+ * few tiles, which cuBLASLt's fixed tiling leaves on idle SMs). Elsewhere cuBLASLt (priority 30) is faster, so
+ * hopper ranks below it and serves only what cuBLASLt declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     const bool big_weights = (double)p->n * (double)p->k >= 16.0 * 1024 * 1024;
     if (p->m <= 4 || (p->m <= 16 && big_weights) || (p->m <= 64 && p->k >= 7168)) return 35;
+    const int64_t tiles64 = bfp8_ceil_div(p->m, kBP) * bfp8_ceil_div(p->n, 64);
+    if (p->m > 64 && p->k <= 7168 && tiles64 <= 132) return 35;
     return 25;
 }
 
