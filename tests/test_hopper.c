@@ -54,15 +54,17 @@ static void test_caps(const bfp8_backend *b) {
     CHECK(b && strcmp(b->name, "hopper") == 0, "backend name");
     CHECK(b->gemm != NULL, "gemm hook");
     CHECK(b->caps.device == BFP8_DEVICE_CUDA && b->caps.min_arch == 90 && b->caps.max_arch == 90, "device/arch");
-    /* Ranks above cublaslt (30) only where it was measured faster: M <= 4, M <= 16 with N*K >= 16 MiB, and M <= 64
-     * with K >= 7168; each rule tested at its edges. */
+    /* Ranks above cublaslt (30) only where it was measured faster: M <= 4, M <= 16 with N*K >= 16 MiB, M <= 64
+     * with K >= 7168, and M > 64 with K <= 7168 where ceil(M/128) * ceil(N/64) <= 132; each rule tested at its
+     * edges. */
     CHECK(b->caps.priority == 25 && b->priority_for, "priority %d", b->caps.priority);
     if (b->priority_for) {
         bfp8_problem r = {.device = BFP8_DEVICE_CUDA, .arch = 90, .out_dtype = BFP8_DTYPE_BF16};
         const int64_t cases[][4] = {{1, 7168, 512, 35},  {4, 7168, 512, 35},    {5, 7168, 512, 25},
                                     {16, 32768, 512, 35}, {17, 32768, 512, 25}, {16, 32767, 512, 25},
-                                    {64, 7168, 7168, 35}, {65, 7168, 7168, 25}, {64, 7168, 7167, 25},
-                                    {4096, 7168, 16384, 25}};
+                                    {64, 7168, 7168, 35}, {64, 7168, 7167, 25},  {65, 7168, 7168, 35},
+                                    {65, 8448, 7168, 35}, {65, 8449, 7168, 25},  {128, 7168, 7169, 25},
+                                    {129, 4224, 2048, 35}, {129, 4225, 2048, 25}, {4096, 7168, 16384, 25}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             r.m = cases[i][0];
             r.n = cases[i][1];
