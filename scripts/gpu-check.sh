@@ -47,9 +47,9 @@ quick=${GPU_CHECK_QUICK:-0}
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
 # hopper's plans that its heuristic picks for some shapes only, each forced on every case: the decode split of only
 # the last wave's tiles, each tiling (normal path with 64/128-wide weight tiles, swapped while M <= 128), and the
-# epilogue that stores a 128-wide tile in two pieces. Commas separate the variables of one variant.
+# staged epilogue in place of the TMA store. Commas separate the variables of one variant.
 hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
-    BFP8_HOPPER_TILE=128,BFP8_HOPPER_SPLIT_OUT=1"
+    BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0"
 variants() {
     local v rc=0
     for v in $hopper_variants; do
@@ -69,7 +69,7 @@ sanitize() {
             return 1
         timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small || return 1
         # Plans the default does not reach on the small cases.
-        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_TILE=128,BFP8_HOPPER_SPLIT_OUT=1; do
+        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0; do
             echo "== $v"
             env $(echo "$v" | tr , ' ') timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
                 build/tests/test_hopper --small || return 1

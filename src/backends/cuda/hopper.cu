@@ -16,8 +16,9 @@
  * Warpgroups 1 and 2 are consumers, 64 P rows each: per K block they wait on "full", read the block's activation
  * scales, run four m64nBQk32 wgmmas into a fresh fp32 partial, wait for them, release the stage on its "empty"
  * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
- * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path two partials alternate, so block b+1's MMAs run while block b is promoted. setmaxnreg moves registers from the producer to the
- * consumers. After changing a consumer loop, check `-Xptxas -v`: when ptxas cannot prove an accumulator idle it
+ * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path two partials alternate, so block
+ * b+1's MMAs run while block b is promoted. setmaxnreg moves registers from the producer to the consumers. After
+ * changing a consumer loop, check `-Xptxas -v` (make test does): when ptxas cannot prove an accumulator idle it
  * serializes the wgmmas and says so (C7514, C7518); the kernel stays correct, only slower.
  *
  * The grid is persistent: CTAs walk work units (P tile, Q tile, K split) with a stride of gridDim.x, so the
@@ -78,21 +79,18 @@ struct HopperParams {
     int y_tma;        /* normal path, no split, 16-bit output, y_vec: the epilogue stores through TMA (map_y) */
 };
 
-/* OUTC: output columns the normal path's 16-bit epilogue stages at once (BQ, or 64: the tile goes out in pieces
- * through a smaller buffer, which leaves room for one more pipeline stage). */
-template <int BQ, bool SWAP, int OUTC> struct Config {
+template <int BQ, bool SWAP> struct Config {
     static constexpr int kPBytes = kBP * kBK;
     static constexpr int kQBytes = BQ * kBK;
     static constexpr int kStageBytes = kPBytes + kQBytes; /* multiple of 1024: the swizzle atom */
     static constexpr int kScaleSlot = 512;                 /* up to 128 fp32 activation scales */
     /* Output staging per consumer warpgroup, rows padded by 16 bytes (conflict-free fragment writes): normal =
-     * [64 rows][OUTC] of 16-bit outputs, swapped = [BQ tokens][64 weight rows] of fp32 (transposed on the way). */
-    static_assert(SWAP || OUTC == BQ || OUTC == 64, "the normal path stages the whole tile or 64 columns at once");
-    static constexpr int kOutPitch = SWAP ? 64 * 4 + 16 : OUTC * 2 + 16;
+     * [64 rows][BQ] of 16-bit outputs, swapped = [BQ tokens][64 weight rows] of fp32 (transposed on the way). */
+    static constexpr int kOutPitch = SWAP ? 64 * 4 + 16 : BQ * 2 + 16;
     static constexpr int kOutRows = SWAP ? BQ : 64;
     static constexpr int kOutBytes = (2 * kOutRows * kOutPitch + 1023) / 1024 * 1024;
     static_assert(SWAP || (kOutRows * kOutPitch) % 1024 == 0, "second warpgroup's TMA-store tile must be aligned");
-    static_assert(SWAP || kOutRows * kOutPitch >= OUTC / 64 * 8192, "a warpgroup's TMA-store boxes must fit");
+    static_assert(SWAP || kOutRows * kOutPitch >= BQ / 64 * 8192, "a warpgroup's TMA-store boxes must fit");
     static constexpr int kStagesFit = (kMaxSmem - 1024 - kOutBytes - 256) / (kStageBytes + kScaleSlot + 16);
     static constexpr int kStages = kStagesFit > 12 ? 12 : kStagesFit;
     static constexpr int kSmemBytes = 1024 + kStages * (kStageBytes + kScaleSlot) + kOutBytes + kStages * 16;
@@ -196,13 +194,13 @@ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u) {
 }
 #endif
 
-template <int BQ, bool SWAP, int OUTC>
+template <int BQ, bool SWAP>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_sa, const __grid_constant__ CUtensorMap map_y,
                        const HopperParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using C = Config<BQ, SWAP, OUTC>;
+    using C = Config<BQ, SWAP>;
     constexpr int kStages = C::kStages;
     constexpr int kScaleRows = SWAP ? BQ : kBP; /* activation scales per K block of a tile */
     constexpr uint32_t kTxBytes = C::kStageBytes + kScaleRows * 4;
@@ -413,63 +411,60 @@ __global__ void __launch_bounds__(kThreads, 1)
              * 16-byte chunks of output rows; the producer keeps loading the next unit meanwhile. */
             uint8_t *stage_out = out_stage + wg * (C::kOutRows * C::kOutPitch);
             if (!SWAP && !unit.partial && p.y_dtype != 0) {
-                /* 16-bit output, OUTC columns at a time: bias added, pairs packed into shared memory. With y_tma
-                 * the layout is [OUTC/64] boxes of [64][64] with the 128-byte swizzle (16-byte chunk c of row r at
-                 * chunk c ^ (r % 8): conflict-free here, and what the TMA expects), and one thread stores them
-                 * with TMA while the warpgroup moves on; otherwise padded rows, copied out in 16-byte chunks. */
+                /* 16-bit output: bias added, pairs packed into shared memory. With y_tma the layout is [BQ/64]
+                 * boxes of [64][64] with the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8):
+                 * conflict-free here, and what the TMA expects), and one thread stores them with TMA while the
+                 * warpgroup moves on to the next unit; otherwise padded rows, copied out in 16-byte chunks. */
+                if (p.y_tma && t == 0) bulk_wait_read_all(); /* the previous unit's store has read the buffer */
+                named_barrier_sync(1 + wg); /* ... and (staged) the previous unit's copy-out is done */
 #pragma unroll
-                for (int c0 = 0; c0 < BQ; c0 += OUTC) {
-                    if (p.y_tma && t == 0) bulk_wait_read_all(); /* the previous store has read the buffer */
-                    named_barrier_sync(1 + wg); /* ... and (staged) the previous copy-out is done */
+                for (int j = 0; j < BQ / 8; j++) {
 #pragma unroll
-                    for (int j = c0 / 8; j < (c0 + OUTC) / 8; j++) {
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int r = warp * 16 + lane / 4 + 8 * h, c = 8 * j + 2 * (lane % 4) - c0;
-                            float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
-                            if (p.bias_dtype >= 0) {
-                                const int64_t n0 = q_base + c0 + c;
-                                if (n0 < p.n) v0 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0);
-                                if (n0 + 1 < p.n) v1 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0 + 1);
-                            }
-                            uint32_t packed;
-                            if (p.y_dtype == 1) {
-                                __nv_bfloat162 b2 = __floats2bfloat162_rn(v0, v1);
-                                memcpy(&packed, &b2, 4);
-                            } else {
-                                __half2 h2 = __floats2half2_rn(v0, v1);
-                                memcpy(&packed, &h2, 4);
-                            }
-                            const int cc = c % 64;
-                            const int off = p.y_tma ? (c / 64) * 8192 + r * 128 + (((cc / 8) ^ (r & 7)) << 4) + (cc % 8) * 2
-                                                    : r * C::kOutPitch + c * 2;
-                            *(uint32_t *)(stage_out + off) = packed;
+                    for (int h = 0; h < 2; h++) {
+                        const int r = warp * 16 + lane / 4 + 8 * h, c = 8 * j + 2 * (lane % 4);
+                        float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
+                        if (p.bias_dtype >= 0) {
+                            const int64_t n0 = q_base + c;
+                            if (n0 < p.n) v0 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0);
+                            if (n0 + 1 < p.n) v1 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0 + 1);
                         }
+                        uint32_t packed;
+                        if (p.y_dtype == 1) {
+                            __nv_bfloat162 b2 = __floats2bfloat162_rn(v0, v1);
+                            memcpy(&packed, &b2, 4);
+                        } else {
+                            __half2 h2 = __floats2half2_rn(v0, v1);
+                            memcpy(&packed, &h2, 4);
+                        }
+                        const int cc = c % 64;
+                        const int off = p.y_tma ? (c / 64) * 8192 + r * 128 + (((cc / 8) ^ (r & 7)) << 4) + (cc % 8) * 2
+                                                : r * C::kOutPitch + c * 2;
+                        *(uint32_t *)(stage_out + off) = packed;
                     }
-                    if (p.y_tma) {
-                        fence_proxy_async();
-                        named_barrier_sync(1 + wg);
-                        if (t == 0) {
-                            const uint32_t src = smem_u32(stage_out);
+                }
+                if (p.y_tma) {
+                    fence_proxy_async();
+                    named_barrier_sync(1 + wg);
+                    if (t == 0) {
+                        const uint32_t src = smem_u32(stage_out);
 #pragma unroll
-                            for (int box = 0; box < OUTC / 64; box++)
-                                tma_store_2d(&map_y, src + box * 8192, (int)(q_base + c0) + 64 * box, (int)p_base);
-                            bulk_commit();
-                        }
-                    } else {
-                        named_barrier_sync(1 + wg);
-                        constexpr int kChunks = OUTC / 8; /* 16-byte chunks per staged row */
-                        for (int idx = t; idx < 64 * kChunks; idx += 128) {
-                            const int r = idx / kChunks, ch = idx % kChunks;
-                            const int64_t row = p_base + r, col = q_base + c0 + ch * 8;
-                            if (row >= p.m || col >= p.n) continue;
-                            const uint8_t *src = stage_out + r * C::kOutPitch + ch * 16;
-                            uint16_t *dst = (uint16_t *)p.y + row * p.n + col;
-                            if (p.y_vec && col + 8 <= p.n) {
-                                *(uint4 *)dst = *(const uint4 *)src;
-                            } else {
-                                for (int e = 0; e < 8 && col + e < p.n; e++) dst[e] = ((const uint16_t *)src)[e];
-                            }
+                        for (int box = 0; box < BQ / 64; box++)
+                            tma_store_2d(&map_y, src + box * 8192, (int)q_base + 64 * box, (int)p_base);
+                        bulk_commit();
+                    }
+                } else {
+                    named_barrier_sync(1 + wg);
+                    constexpr int kChunks = BQ / 8; /* 16-byte chunks per staged row */
+                    for (int idx = t; idx < 64 * kChunks; idx += 128) {
+                        const int r = idx / kChunks, ch = idx % kChunks;
+                        const int64_t row = p_base + r, col = q_base + ch * 8;
+                        if (row >= p.m || col >= p.n) continue;
+                        const uint8_t *src = stage_out + r * C::kOutPitch + ch * 16;
+                        uint16_t *dst = (uint16_t *)p.y + row * p.n + col;
+                        if (p.y_vec && col + 8 <= p.n) {
+                            *(uint4 *)dst = *(const uint4 *)src;
+                        } else {
+                            for (int e = 0; e < 8 && col + e < p.n; e++) dst[e] = ((const uint16_t *)src)[e];
                         }
                     }
                 }
@@ -824,11 +819,11 @@ bfp8_status encode_map(CUtensorMap *map, CUtensorMapDataType type, size_t elem, 
     return BFP8_OK;
 }
 
-template <int BQ, bool SWAP, int OUTC = BQ>
+template <int BQ, bool SWAP>
 cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms, const CUtensorMap &my,
                           const HopperParams &hp, int grid, cudaStream_t stream) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP, OUTC>;
-    const int smem = Config<BQ, SWAP, OUTC>::kSmemBytes;
+    auto kernel = hopper_gemm_kernel<BQ, SWAP>;
+    const int smem = Config<BQ, SWAP>::kSmemBytes;
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -839,24 +834,12 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
     return cudaGetLastError();
 }
 
-/* BFP8_HOPPER_SPLIT_OUT=1: the 128-wide normal tile's epilogue stages 64 columns at a time (6 pipeline stages
- * instead of 5). An experiment, measured side by side (bench/hopper-notes.md, v5). Read once. */
-bool split_out_enabled(void) {
-    static const bool on = [] {
-        const char *e = getenv("BFP8_HOPPER_SPLIT_OUT");
-        return e && e[0] == '1';
-    }();
-    return on;
-}
-
 cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
                            const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream) {
     if (!pl.swap) {
         switch (pl.bq) {
         case 64: return launch_kernel<64, false>(mp, mq, ms, my, hp, pl.grid, stream);
-        default:
-            return split_out_enabled() ? launch_kernel<128, false, 64>(mp, mq, ms, my, hp, pl.grid, stream)
-                                       : launch_kernel<128, false>(mp, mq, ms, my, hp, pl.grid, stream);
+        default: return launch_kernel<128, false>(mp, mq, ms, my, hp, pl.grid, stream);
         }
     }
     switch (pl.bq) {
