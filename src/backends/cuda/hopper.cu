@@ -635,8 +635,7 @@ struct Plan {
     bool swap;
     int bq;
     int p_tiles, q_tiles, splits, kb_per_split, units, grid;
-    int whole_units;  /* see HopperParams */
-    double model_s;   /* the time model's estimate, for choosing between tilings */
+    int whole_units; /* see HopperParams */
 };
 
 /* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (decode, long K,
@@ -722,7 +721,6 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
             double t_h = (double)(whole / sms) * (kblocks * block_s + 0.5e-6) + (per * block_s + 0.5e-6);
             t_h += ((double)s * m * tail * kBP * 8.0) / chip_bw + 3.0e-6;
             if (t_h < best * 0.97 || hybrid_mode() == 1) {
-                best = t_h;
                 pl.splits = s;
                 pl.kb_per_split = per;
                 pl.whole_units = (int)whole;
@@ -732,11 +730,10 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
     }
     pl.units = (int)units;
     pl.grid = (int)(units < sms ? units : sms);
-    pl.model_s = best;
     return pl;
 }
 
-/* The tiling, from a sweep of all three on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5):
+/* The tiling, from a sweep of the tilings on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5):
  *  - M <= 64: swapped, the Q tile the power of two >= M (fastest in 23 of 24 cells; the normal path's 128-row
  *    activation tile is mostly padding there);
  *  - otherwise the normal path, 64-wide weight tiles when their waves cost no more than the 128-wide tiles' waves:
