@@ -648,15 +648,23 @@ int hybrid_mode(void) {
     return mode;
 }
 
-/* BFP8_HOPPER_TILE forces one tiling, for tests and side-by-side measurement: "swap" (swapped while M <= 128) or
- * 64 or 128 (the normal path with that weight-tile width). Unset or anything else: 0, make_plan decides. Read once. */
-int tile_override(void) {
-    static const int tile = [] {
+/* BFP8_HOPPER_TILE forces one tiling, for tests and side-by-side measurement: "swap" (swapped while M <= 128, Q tile
+ * the power of two >= M), "swapN" (swapped while M <= 128, Q tiles of N = 8..128 tokens, several when M > N), or 64
+ * or 128 (the normal path with weight tiles that wide). Anything else is ignored: make_plan decides. Read once. */
+struct TileOverride {
+    bool set, swap;
+    int bq; /* 0 with swap: the power of two >= M */
+};
+TileOverride tile_override(void) {
+    static const TileOverride tile = [] {
+        TileOverride t = {false, false, 0};
         const char *e = getenv("BFP8_HOPPER_TILE");
-        if (!e) return 0;
-        if (!strcmp(e, "swap")) return 1;
-        const int v = atoi(e);
-        return v == 64 || v == 128 ? v : 0;
+        if (!e) return t;
+        const bool swap = strncmp(e, "swap", 4) == 0;
+        const int v = swap ? (e[4] ? atoi(e + 4) : 0) : atoi(e);
+        const bool ok = swap ? (v == 0 || v == 8 || v == 16 || v == 32 || v == 64 || v == 128) : (v == 64 || v == 128);
+        if (ok) t = {true, swap, v};
+        return t;
     }();
     return tile;
 }
@@ -709,9 +717,9 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
      * splitting leaves 24 SMs running 56-block tiles alone at the end. Measured on the H200 (bench/hopper-notes.md,
      * v4) it pays only for long tiles: 36864x7168 (56 K blocks) M = 16/64/128: 82.5/92.4/128.3 -> 75.2/79.2/104.3
      * us; 24576x1536 (12 K blocks): 3-13% slower at M = 16..128, where the last wave is short and the tail's bytes
-     * stream at the chip's rate anyway. Hence kblocks >= 32. Swapped only: there the columns of whole tiles are a
-     * prefix of N, which is what the reduce skips. */
-    if (pl.swap && tiles > sms && tiles % sms != 0 && kblocks >= 32 && hybrid_mode() != 0) {
+     * stream at the chip's rate anyway. Hence kblocks >= 32. Swapped with one Q tile only: there the whole tiles'
+     * columns are a prefix of N, which is what the reduce skips. */
+    if (pl.swap && pl.q_tiles == 1 && tiles > sms && tiles % sms != 0 && kblocks >= 32 && hybrid_mode() != 0) {
         const int64_t whole = tiles / sms * sms, tail = tiles - whole;
         int s = (int)(sms / tail);
         if (s > kblocks) s = kblocks;
@@ -742,11 +750,12 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
  *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
  * BFP8_HOPPER_TILE overrides (tile_override). */
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
-    const int forced = tile_override();
-    if (forced > 1) return plan_tiling(false, forced, m, n, k, sms);
-    if (m <= 64 || (forced == 1 && m <= 128)) {
+    const TileOverride forced = tile_override();
+    if (forced.set && !forced.swap) return plan_tiling(false, forced.bq, m, n, k, sms);
+    if (m <= 64 || (forced.set && m <= 128)) {
         int bq = 8;
         while (bq < m) bq *= 2;
+        if (forced.set && forced.bq) bq = forced.bq;
         return plan_tiling(true, bq, m, n, k, sms);
     }
     const int64_t p_tiles = bfp8_ceil_div(m, kBP);
