@@ -46,10 +46,10 @@ quick=${GPU_CHECK_QUICK:-0}
 [ "$quick" = 1 ] || step unit-suite sh tests/run-unit.sh build >>"$out/unit.log" 2>&1
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
 # hopper's plans that its heuristic picks for some shapes only, each forced on every case: the decode split of only
-# the last wave's tiles, each tiling (normal path with 64/128-wide weight tiles, swapped while M <= 128), and the
-# staged epilogue in place of the TMA store. Commas separate the variables of one variant.
+# the last wave's tiles, each tiling (normal path with 64/128-wide weight tiles, swapped while M <= 128, swapped with
+# several 16-token Q tiles), and the staged epilogue in place of the TMA store. Commas separate the variables of one variant.
 hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
-    BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0"
+    BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0"
 variants() {
     local v rc=0
     for v in $hopper_variants; do
