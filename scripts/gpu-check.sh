@@ -47,7 +47,7 @@ quick=${GPU_CHECK_QUICK:-0}
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
 # hopper's plans that its heuristic picks for some shapes only, each forced on every case: the decode split of only
 # the last wave's tiles, each tiling (normal path with 64/128-wide weight tiles, swapped while M <= 128, swapped with
-# several 16-token Q tiles), and the staged epilogue in place of the TMA store. Commas separate the variables of one variant.
+# several 16-token Q tiles), and the staged epilogue in place of the TMA store. Commas join one variant's variables.
 hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
     BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0"
 variants() {

@@ -18,8 +18,8 @@ if [ ! -f "$log" ]; then
     exit 1
 fi
 awk '
-    /Compiling entry function/ { fn = $0; sub(/.*hopper_gemm_kernelI/, "hopper_gemm_kernel<", fn); sub(/EEEv.*/, ">", fn);
-                                 kernels++ }
+    /Compiling entry function/ {
+        fn = $0; sub(/.*hopper_gemm_kernelI/, "hopper_gemm_kernel<", fn); sub(/EEEv.*/, ">", fn); kernels++ }
     /bytes spill stores/ && $5 + 0 > 0 { print "ptxas-check: FAIL: " fn ": " $0; bad++ }
     /Potential Performance Loss|\(C751[0-9]\)/ { print "ptxas-check: FAIL: " $0; bad++ }
     END { if (kernels == 0) { print "ptxas-check: FAIL: no kernels in the log"; exit 1 }
