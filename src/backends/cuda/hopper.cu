@@ -661,9 +661,13 @@ TileOverride tile_override(void) {
         const char *e = getenv("BFP8_HOPPER_TILE");
         if (!e) return t;
         const bool swap = strncmp(e, "swap", 4) == 0;
-        const int v = swap ? (e[4] ? atoi(e + 4) : 0) : atoi(e);
-        const bool ok = swap ? (v == 0 || v == 8 || v == 16 || v == 32 || v == 64 || v == 128) : (v == 64 || v == 128);
-        if (ok) t = {true, swap, v};
+        const char *num = swap ? e + 4 : e;
+        char *end = nullptr;
+        const long v = *num ? strtol(num, &end, 10) : 0;
+        const bool whole = !*num || (end != num && *end == '\0');
+        const bool ok = whole && (swap ? (v == 0 || v == 8 || v == 16 || v == 32 || v == 64 || v == 128)
+                                       : (v == 64 || v == 128));
+        if (ok) t = {true, swap, (int)v};
         return t;
     }();
     return tile;
