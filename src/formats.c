@@ -7,7 +7,6 @@
 #include <string.h>
 #include <strings.h>
 
-
 /* v >> shift, rounded to nearest, ties to even. shift in [1, 63]. A carry out of the kept mantissa bits moves into
  * the exponent field above them, which is exactly the next binade. */
 static uint64_t rne_shift(uint64_t v, unsigned shift) {

@@ -530,7 +530,10 @@ int cmd_bench(int argc, char **argv) {
            " timed runs (median), seed %" PRIu64 "%s\n",
            bfp8_device_name(o.device), bfp8_dtype_name(o.out_dtype), bfp8_scale_format_name(o.format), o.warmup,
            o.iters, seed,
-           !cuda ? "" : o.l2 == BFP8_L2_CLEAN ? ", L2 flushed clean" : o.l2 == BFP8_L2_DIRTY ? ", L2 flushed dirty" : ", L2 kept");
+           !cuda                   ? ""
+           : o.l2 == BFP8_L2_CLEAN ? ", L2 flushed clean"
+           : o.l2 == BFP8_L2_DIRTY ? ", L2 flushed dirty"
+                                   : ", L2 kept");
     if (!cuda) printf("# cpu threads: %d\n", bfp8_get_num_threads());
 #ifdef BFP8_HAVE_OPENBLAS
     if (o.baseline && !cuda)

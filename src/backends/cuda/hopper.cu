@@ -753,6 +753,9 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
  *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
  * BFP8_HOPPER_TILE overrides (tile_override). */
+/* Normal-path tiles of an M x N output with weight tiles bq wide (make_plan and hopper_priority). */
+int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP) * bfp8_ceil_div(n, bq); }
+
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     const TileOverride forced = tile_override();
     if (forced.set && !forced.swap) return plan_tiling(false, forced.bq, m, n, k, sms);
@@ -762,9 +765,8 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
         if (forced.set && forced.bq) bq = forced.bq;
         return plan_tiling(true, bq, m, n, k, sms);
     }
-    const int64_t p_tiles = bfp8_ceil_div(m, kBP);
-    const int64_t waves64 = bfp8_ceil_div(p_tiles * bfp8_ceil_div(n, 64), sms);
-    const int64_t waves128 = bfp8_ceil_div(p_tiles * bfp8_ceil_div(n, 128), sms);
+    const int64_t waves64 = bfp8_ceil_div(normal_tiles(m, n, 64), sms);
+    const int64_t waves128 = bfp8_ceil_div(normal_tiles(m, n, 128), sms);
     return plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms);
 }
 
@@ -1009,8 +1011,7 @@ int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     const bool big_weights = (double)p->n * (double)p->k >= 16.0 * 1024 * 1024;
     if (p->m <= 4 || (p->m <= 16 && big_weights) || (p->m <= 64 && p->k >= 7168)) return 35;
-    const int64_t tiles64 = bfp8_ceil_div(p->m, kBP) * bfp8_ceil_div(p->n, 64);
-    if (p->m > 64 && p->k <= 7168 && tiles64 <= 132) return 35;
+    if (p->m > 64 && p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
     return 25;
 }
 

@@ -86,7 +86,6 @@ extern "C" int bfp8_cuda_launch_quantize_act(const void *x, int x_dtype, int64_t
     return (int)cudaGetLastError();
 }
 
-
 namespace {
 __global__ void fill_kernel(uint4 *p, size_t n16, uint8_t *tail, size_t tail_bytes, unsigned value) {
     const uint4 v = make_uint4(value, value, value, value);
