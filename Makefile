@@ -34,6 +34,10 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # sm_90a for the Hopper kernels (wgmma/setmaxnreg), sm_89 so the generic mma.sync kernel also runs on Ada.
 NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_89,code=sm_89
 NVCCFLAGS := -std=c++17 -O3 -g -lineinfo $(NVCC_GENCODE) -Xcompiler -fPIC -Iinclude -Isrc --expt-relaxed-constexpr
+# HOPPER_TRACE=1: the hopper kernel stamps its timeline for BFP8_HOPPER_TRACE=1 (diagnosis; slower, so not default)
+ifeq ($(HOPPER_TRACE),1)
+NVCCFLAGS += -DBFP8_HOPPER_TRACE=1
+endif
 CUDA_SRCS := $(wildcard src/backends/cuda/*.cu)
 # CUDA objects are shared by the plain and the sanitizer builds (nvcc code is not instrumented).
 CUDA_OBJDIR := build/cuda

@@ -70,6 +70,9 @@ bfp8_status bfp8_problem_from_linear(const bfp8_weight *w, const bfp8_linear_arg
     return BFP8_OK;
 }
 
+static _Thread_local bool g_act_from_prior_kernel;
+bool bfp8_act_from_prior_kernel(void) { return g_act_from_prior_kernel; }
+
 bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_linear_args *args) {
     bfp8_problem p;
     BFP8_TRY(bfp8_problem_from_linear(w, args, &p));
@@ -104,7 +107,11 @@ bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_lin
             bfp8_dispatch_count_nonfinite(d, nonfinite);
         }
     }
-    if (st == BFP8_OK) st = bfp8_run_gemm(dec.backend, &g);
+    if (st == BFP8_OK) {
+        g_act_from_prior_kernel = args->device == BFP8_DEVICE_CUDA;
+        st = bfp8_run_gemm(dec.backend, &g);
+        g_act_from_prior_kernel = false;
+    }
     act_free(&buf);
     return st;
 }

@@ -77,7 +77,20 @@ struct HopperParams {
     float *workspace; /* [splits][m][n] when splits > 1 */
     int y_vec;        /* y 16-byte aligned and n % 8 == 0: whole 16-byte chunks of output rows */
     int y_tma;        /* normal path, no split, 16-bit output, y_vec: the epilogue stores through TMA (map_y) */
+    /* Builds with HOPPER_TRACE=1 and BFP8_HOPPER_TRACE=1 set: per CTA kTraceSlots %globaltimer stamps (ns):
+     * start, first stage full, end of each unit (the first kTraceSlots - 2). NULL: no stamps. */
+    unsigned long long *trace;
+    /* Launched as a programmatic dependent of the kernel that wrote the activations (bfp8_linear's quantization):
+     * the first stages' weight tiles are requested before waiting for that kernel. */
+    int early_weights;
 };
+constexpr int kTraceSlots = 16;
+/* The stamps cost the normal path ~3.5% even when off (a live pointer through the consumer loop; measured on the
+ * H200, bench/hopper-notes.md v6), so they are compiled only into diagnostic builds: make HOPPER_TRACE=1. */
+#ifndef BFP8_HOPPER_TRACE
+#define BFP8_HOPPER_TRACE 0
+#endif
+constexpr bool kTraceBuild = BFP8_HOPPER_TRACE != 0;
 
 template <int BQ, bool SWAP> struct Config {
     static constexpr int kPBytes = kBP * kBK;
@@ -121,6 +134,11 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
+}
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return t;
 }
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
@@ -218,6 +236,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* A split-K reduce launched after this grid may start its launch now (it waits for this grid's completion). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int warpgroup = threadIdx.x / 128;
+    unsigned long long *trace = kTraceBuild && p.trace ? p.trace + (size_t)blockIdx.x * kTraceSlots : nullptr;
+    if (trace && threadIdx.x == 0) trace[0] = global_ns();
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
             mbar_init(full0 + 8 * s, 1);
@@ -232,22 +252,53 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (warpgroup == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        /* An idle producer warp stamps the first stage's arrival (it starts waiting before the load is issued). */
+        if (trace && threadIdx.x == 32) {
+            mbar_wait(full0, 0);
+            trace[1] = global_ns();
+        }
         if (threadIdx.x == 0) {
             tma_prefetch_map(&map_p);
             tma_prefetch_map(&map_q);
             tma_prefetch_map(&map_sa);
-            int stage = 0;
+            /* The weight is P when swapped, Q otherwise; the rest of a stage is activations and their scales. */
+            auto load_weight = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
+                if (SWAP)
+                    tma_load_2d(tile, &map_p, kb * kBK, unit.pt * kBP, full);
+                else
+                    tma_load_2d(tile + C::kPBytes, &map_q, kb * kBK, unit.qt * BQ, full);
+            };
+            /* Launched early: the first unit's weight tiles for the free stages go out now (empty barriers start
+             * free; the expected bytes cover the whole stage), and the activations after the wait below. */
+            int early_stages = 0;
+            if (p.early_weights) {
+                const Unit unit = decode_unit(p, blockIdx.x);
+                for (int kb = unit.kb0; kb < unit.kb1 && early_stages < kStages; kb++, early_stages++) {
+                    const uint32_t full = full0 + 8 * early_stages;
+                    mbar_arrive_expect_tx(full, kTxBytes);
+                    load_weight(tiles_u32 + early_stages * C::kStageBytes, full, unit, kb);
+                }
+            }
+            /* The activations may come from the previous kernel of the stream: wait for it (a no-op unless this
+             * grid was launched as its programmatic dependent). */
+            asm volatile("griddepcontrol.wait;\n" ::: "memory");
+            int stage = 0, issued = 0;
             uint32_t phase = 0;
             for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
                 const Unit unit = decode_unit(p, u);
                 const int act_row0 = SWAP ? unit.qt * BQ : unit.pt * kBP;
-                for (int kb = unit.kb0; kb < unit.kb1; kb++) {
-                    mbar_wait(empty0 + 8 * stage, phase ^ 1);
+                for (int kb = unit.kb0; kb < unit.kb1; kb++, issued++) {
                     const uint32_t full = full0 + 8 * stage;
-                    mbar_arrive_expect_tx(full, kTxBytes);
                     const uint32_t tile = tiles_u32 + stage * C::kStageBytes;
-                    tma_load_2d(tile, &map_p, kb * kBK, unit.pt * kBP, full);
-                    tma_load_2d(tile + C::kPBytes, &map_q, kb * kBK, unit.qt * BQ, full);
+                    if (issued >= early_stages) {
+                        mbar_wait(empty0 + 8 * stage, phase ^ 1);
+                        mbar_arrive_expect_tx(full, kTxBytes);
+                        load_weight(tile, full, unit, kb);
+                    }
+                    if (SWAP)
+                        tma_load_2d(tile + C::kPBytes, &map_q, kb * kBK, unit.qt * BQ, full);
+                    else
+                        tma_load_2d(tile, &map_p, kb * kBK, unit.pt * kBP, full);
                     tma_load_2d(smem_u32(scales + stage * (C::kScaleSlot / 4)), &map_sa, act_row0, kb, full);
                     if (++stage == kStages) {
                         stage = 0;
@@ -326,10 +377,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         auto next_stage = [&]() {
             if (++stage == kStages) stage = 0, phase ^= 1;
         };
-        float acc2[SWAP ? 1 : BQ / 2]; /* the second partial of the normal path's pipelined loop */
+        /* Two partials in flight where the registers allow: the normal path (a block's scales are two registers)
+         * and swapped Q tiles up to 64 tokens (BQ / 4 scales a block; at 128 two sets would not fit). Swapped
+         * units shorter than kMinBlocksTwoPartials run one partial: measured on the H200 (bench/hopper-notes.md,
+         * v6), two partials gain 2-11% with 12 or more K blocks a unit (24576x1536, 7168x16384 at M <= 64) and lose
+         * up to 10% with 4 (32768x512). */
+        constexpr bool kTwoPartials = !SWAP || BQ <= 64;
+        constexpr int kMinBlocksTwoPartials = 12;
+        float acc2[kTwoPartials ? BQ / 2 : 1]; /* the second partial of the pipelined loop */
 #pragma unroll
-        for (int i = 0; i < (SWAP ? 1 : BQ / 2); i++) acc2[i] = 0.0f;
+        for (int i = 0; i < (kTwoPartials ? BQ / 2 : 1); i++) acc2[i] = 0.0f;
+        /* One partial: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift
+         * apart and overlap each other's promotion. */
+        auto one_partial_loop = [&](float(&total)[BQ / 2], const float *sb_row, int kb0, int kb1) {
+            float sb_next = __ldg(sb_row + kb0);
+            float sv[kNumScales];
+            for (int kb = kb0; kb < kb1; kb++) {
+                const float sb = sb_next;
+                if (kb + 1 < kb1) sb_next = __ldg(sb_row + kb + 1); /* hidden behind this block's MMAs */
+                mbar_wait(full0 + 8 * stage, phase);
+                load_scales(stage, sv);
+                issue(acc, stage);
+                wgmma_wait<0>();
+                fence_acc(acc);
+                release(stage);
+                promote(total, acc, sv, sb);
+                next_stage();
+            }
+        };
 
+        int units_done = 0;
         for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
             const Unit unit = decode_unit(p, u);
             const int pt = unit.pt, qt = unit.qt, split = unit.split;
@@ -342,13 +419,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int i = 0; i < BQ / 2; i++) total[i] = 0.0f;
 
-            if constexpr (!SWAP) {
+            bool two_partials = false;
+            if constexpr (kTwoPartials) two_partials = !SWAP || kb1 - kb0 >= kMinBlocksTwoPartials;
+            if (!two_partials) {
+                one_partial_loop(total, sb_row, kb0, kb1);
+            } else if constexpr (kTwoPartials) {
                 /* Two partials in flight: block b+1's MMAs are issued before block b is promoted, so this
-                 * warpgroup's promotion overlaps its own next MMAs, not only the other warpgroup's. Normal path
-                 * only, where a block's scales are two registers (swapped, they are BQ / 4). Written as straight
-                 * code, a loop unrolled by two and a tail, with no branch between a wgmma and its wait: an earlier
-                 * form with the issue inside a conditional made ptxas serialize every wgmma of the kernel (C7514),
-                 * and removing that took M=4096 7168x16384 from 949 to 787 us (bench/hopper-notes.md, v5). */
+                 * warpgroup's promotion overlaps its own next MMAs, not only the other warpgroup's. Written as
+                 * straight code, a loop unrolled by two and a tail, with no branch between a wgmma and its wait:
+                 * an earlier form with the issue inside a conditional made ptxas serialize every wgmma of the
+                 * kernel (C7514), and removing that took M=4096 7168x16384 from 949 to 787 us
+                 * (bench/hopper-notes.md, v5). */
                 float sva[kNumScales], svb[kNumScales];
                 float sb_a = 0.0f, sb_b = 0.0f;
                 int st_a = 0, st_b = 0;
@@ -386,23 +467,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                 } else {
                     wgmma_wait<0>();
                     finish(acc, sva, sb_a, st_a);
-                }
-            } else {
-                /* Swapped: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift
-                 * apart and overlap each other's promotion. */
-                float sb_next = __ldg(sb_row + kb0);
-                float sv[kNumScales];
-                for (int kb = kb0; kb < kb1; kb++) {
-                    const float sb = sb_next;
-                    if (kb + 1 < kb1) sb_next = __ldg(sb_row + kb + 1); /* hidden behind this block's MMAs */
-                    mbar_wait(full0 + 8 * stage, phase);
-                    load_scales(stage, sv);
-                    issue(acc, stage);
-                    wgmma_wait<0>();
-                    fence_acc(acc);
-                    release(stage);
-                    promote(total, acc, sv, sb);
-                    next_stage();
                 }
             }
 
@@ -543,6 +607,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                 }
             }
+            if (trace && wg == 0 && t == 0 && units_done < kTraceSlots - 2) trace[2 + units_done] = global_ns();
+            units_done++;
         }
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all(); /* the last stores complete before the CTA exits */
     }
@@ -648,6 +714,18 @@ int hybrid_mode(void) {
     return mode;
 }
 
+/* BFP8_HOPPER_SPLITS=S forces S K splits of every tile (at most one per K block; no last-wave split), for
+ * side-by-side measurement of the split model; unset or 0: the model decides. Read once. */
+int forced_splits(void) {
+    static const int splits = [] {
+        const char *e = getenv("BFP8_HOPPER_SPLITS");
+        char *end = nullptr;
+        const long v = e ? strtol(e, &end, 10) : 0;
+        return e && end != e && *end == '\0' && v > 0 && v <= 1024 ? (int)v : 0;
+    }();
+    return splits;
+}
+
 /* BFP8_HOPPER_TILE forces one tiling, for tests and side-by-side measurement: "swap" (swapped while M <= 128, Q tile
  * the power of two >= M), "swapN" (swapped while M <= 128, Q tiles of N = 8..128 tokens, several when M > N), or 64
  * or 128 (the normal path with weight tiles that wide). Anything else is ignored: make_plan decides. Read once. */
@@ -674,14 +752,37 @@ TileOverride tile_override(void) {
 }
 
 /* One tiling (swapped with Q tiles of bq tokens, or normal with weight tiles of bq rows) and its K split. Split K
- * when there are too few tiles to fill the SMs evenly, choosing the split count that minimizes a simple time model:
- * waves of units x (K blocks per unit x the time of one block on one SM + a fixed cost per unit), plus the
- * workspace traffic and the reduce of a split. A block's time is the larger of its weight bytes from HBM at a 1/sms
- * share of the bandwidth (activations and, at large M, weights come from L2) and its FLOPs at a 1/sms share of
- * ~1000 TFLOP/s. The per-unit cost (~0.5 us: epilogue, barriers, pipeline refill) and the reduce's ~3 us come from
- * the H200 (ncu: M=1 7168x2048 was split 16 ways into one-block units, GEMM 9.6 us + reduce 7 us, where 2 splits
- * model faster; with 2 us the model split M=1 24576x1536 in two, 22.0 us, where the unsplit plan of M=16 took
- * 18.1; bench/hopper-notes.md, v4). */
+ * when there are too few tiles to fill the SMs, choosing the split count that minimizes a time model: waves of
+ * units, each costing (K blocks per unit) x (the time of one block) + ~0.5 us (epilogue, barriers, refill), plus,
+ * for a split, the partials out and back and ~3 us for the reduce. A block's time is the larger of its weight bytes
+ * from HBM (activations and, at large M, weights come from L2) and its FLOPs. An SM streams at most ~50 GB/s, and
+ * the SMs of one wave share ~4 TB/s: 56 SMs already draw as much as 112. Swapped units compute at ~0.5 PFLOP/s
+ * over the chip (one partial, a wgmma wait every block), normal ones at ~1. Calibrated on the H200 by a sweep of
+ * forced split counts (bench/hopper-notes.md, v6): with a per-SM share of 4 TB/s / 132 instead, the model split
+ * M=1 7168x2048 in two (11.9 us) where one unit per tile takes 10.1, and 7168x16384 seven ways (40.8 us) where two
+ * take 39.1. */
+struct SplitModel {
+    double hbm_bytes, flops; /* per K block of one unit */
+    double flop_rate;        /* per SM */
+    double block_time(int64_t active_sms) const {
+        const double chip_bw = 4.0e12, sm_bw_max = 50e9;
+        const double bw = chip_bw / (double)active_sms < sm_bw_max ? chip_bw / (double)active_sms : sm_bw_max;
+        const double mem_s = hbm_bytes / bw, flop_s = flops / flop_rate;
+        return mem_s > flop_s ? mem_s : flop_s;
+    }
+    /* `units` units of `per` K blocks on `sms` SMs, wave after wave. */
+    double waves_time(int64_t units, int per, int sms) const {
+        double t = 0;
+        for (int64_t left = units; left > 0; left -= sms) {
+            const int64_t active = left < sms ? left : sms;
+            t += per * block_time(active) + 0.5e-6;
+        }
+        return t;
+    }
+    /* Partials of `outputs` outputs written and read back, and the reduce kernel. */
+    static double reduce_time(int splits, double outputs) { return (double)splits * outputs * 8.0 / 4.0e12 + 3.0e-6; }
+};
+
 Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
     Plan pl = {};
     pl.swap = swap;
@@ -691,11 +792,11 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
     pl.q_tiles = (int)bfp8_ceil_div(q_rows, pl.bq);
     const int kblocks = (int)bfp8_ceil_div(k, kBK);
     const int64_t tiles = (int64_t)pl.p_tiles * pl.q_tiles;
-    const double chip_bw = 4.0e12, sm_bw = chip_bw / sms, sm_flops = 1.0e15 / sms;
+    SplitModel model;
     /* Weight bytes per block come from HBM once per M tile: all of them when one M tile covers M. */
-    const double hbm_bytes = pl.swap ? (double)kBP * kBK : (double)pl.bq * kBK / (double)pl.p_tiles;
-    const double mem_s = hbm_bytes / sm_bw, flop_s = 2.0 * kBP * pl.bq * kBK / sm_flops;
-    const double block_s = mem_s > flop_s ? mem_s : flop_s;
+    model.hbm_bytes = pl.swap ? (double)kBP * kBK : (double)pl.bq * kBK / (double)pl.p_tiles;
+    model.flops = 2.0 * kBP * pl.bq * kBK;
+    model.flop_rate = (pl.swap ? 0.5e15 : 1.0e15) / sms;
     double best = 1e30;
     int best_s = 1;
     const int max_s = kblocks < 32 ? kblocks : 32;
@@ -703,14 +804,16 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
         const int per = (kblocks + s - 1) / s;
         const int real_s = (kblocks + per - 1) / per; /* no empty splits */
         if (real_s != s) continue;
-        const int64_t units = tiles * s;
-        const int64_t waves = (units + sms - 1) / sms;
-        double t_s = (double)waves * (per * block_s + 0.5e-6);
-        if (s > 1) t_s += ((double)s * m * n * 8.0) / chip_bw + 3.0e-6; /* partials out and back, the reduce */
-        if (t_s < best * 0.97) {
+        double t_s = model.waves_time(tiles * s, per, sms);
+        if (s > 1) t_s += SplitModel::reduce_time(s, (double)m * n);
+        if (t_s < best * 0.99) {
             best = t_s;
             best_s = s;
         }
+    }
+    if (forced_splits()) {
+        const int per = (kblocks + forced_splits() - 1) / forced_splits();
+        best_s = (kblocks + per - 1) / per; /* no empty splits */
     }
     pl.splits = best_s;
     pl.kb_per_split = (kblocks + best_s - 1) / best_s;
@@ -723,15 +826,16 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
      * us; 24576x1536 (12 K blocks): 3-13% slower at M = 16..128, where the last wave is short and the tail's bytes
      * stream at the chip's rate anyway. Hence kblocks >= 32. Swapped with one Q tile only: there the whole tiles'
      * columns are a prefix of N, which is what the reduce skips. */
-    if (pl.swap && pl.q_tiles == 1 && tiles > sms && tiles % sms != 0 && kblocks >= 32 && hybrid_mode() != 0) {
+    if (pl.swap && pl.q_tiles == 1 && tiles > sms && tiles % sms != 0 && kblocks >= 32 && hybrid_mode() != 0 &&
+        !forced_splits()) {
         const int64_t whole = tiles / sms * sms, tail = tiles - whole;
         int s = (int)(sms / tail);
         if (s > kblocks) s = kblocks;
         if (s >= 2) {
             const int per = (kblocks + s - 1) / s;
             s = (kblocks + per - 1) / per;
-            double t_h = (double)(whole / sms) * (kblocks * block_s + 0.5e-6) + (per * block_s + 0.5e-6);
-            t_h += ((double)s * m * tail * kBP * 8.0) / chip_bw + 3.0e-6;
+            const double t_h = model.waves_time(whole, kblocks, sms) + model.waves_time(tail * s, per, sms) +
+                               SplitModel::reduce_time(s, (double)m * tail * kBP);
             if (t_h < best * 0.97 || hybrid_mode() == 1) {
                 pl.splits = s;
                 pl.kb_per_split = per;
@@ -842,8 +946,22 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
         if (e != cudaSuccess) return e;
         attr_set = true;
     }
-    kernel<<<grid, kThreads, smem, stream>>>(mp, mq, ms, my, hp);
-    return cudaGetLastError();
+    if (!hp.early_weights) {
+        kernel<<<grid, kThreads, smem, stream>>>(mp, mq, ms, my, hp);
+        return cudaGetLastError();
+    }
+    /* A programmatic dependent of the kernel before it (see HopperParams::early_weights). */
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3((unsigned)grid, 1, 1);
+    cfg.blockDim = dim3(kThreads, 1, 1);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, mp, mq, ms, my, hp);
 }
 
 cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
@@ -874,6 +992,76 @@ bool tma_store_enabled(void) {
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* BFP8_HOPPER_EARLY_WEIGHTS=0 launches after the activation quantization has finished even inside bfp8_linear, for
+ * side-by-side measurement. Read once. */
+bool early_weights_enabled(void) {
+    static const bool on = [] {
+        const char *e = getenv("BFP8_HOPPER_EARLY_WEIGHTS");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
+/* BFP8_HOPPER_TRACE=1 in a build made with HOPPER_TRACE=1: the kernel stamps its timeline (HopperParams::trace)
+ * and each call prints a summary to stderr. The call synchronizes its stream: for diagnosis only. Read once. */
+bool trace_enabled(void) {
+    static const bool on = [] {
+        const char *e = getenv("BFP8_HOPPER_TRACE");
+        if (!(e && e[0] == '1')) return false;
+        if (!kTraceBuild) fprintf(stderr, "[bfp8 hopper] BFP8_HOPPER_TRACE=1 ignored: rebuild with make HOPPER_TRACE=1\n");
+        return kTraceBuild;
+    }();
+    return on;
+}
+
+int compare_u64(const void *a, const void *b) {
+    const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median and maximum of the nonzero stamps in column `slot` of the [grid][kTraceSlots] trace, in us after t0;
+ * false when no CTA wrote that slot. */
+bool trace_column(const unsigned long long *tr, int grid, int slot, unsigned long long t0, double *med, double *max) {
+    unsigned long long v[1024];
+    int count = 0;
+    for (int c = 0; c < grid && count < 1024; c++)
+        if (tr[c * kTraceSlots + slot]) v[count++] = tr[c * kTraceSlots + slot] - t0;
+    if (!count) return false;
+    qsort(v, (size_t)count, sizeof v[0], compare_u64);
+    *med = v[count / 2] * 1e-3, *max = v[count - 1] * 1e-3;
+    return true;
+}
+
+/* Waits for the call, then prints where its time went: CTA starts, the first stage's arrival, and unit ends
+ * (median / latest over the CTAs, us after the first CTA started). */
+bfp8_status trace_report(const unsigned long long *trace_d, int grid, int64_t m, int64_t n, int64_t k,
+                         cudaStream_t stream) {
+    const size_t bytes = (size_t)grid * kTraceSlots * sizeof(unsigned long long);
+    unsigned long long *tr = (unsigned long long *)malloc(bytes);
+    if (!tr) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "hopper: trace buffer");
+    cudaError_t e = cudaStreamSynchronize(stream);
+    if (e == cudaSuccess) e = cudaMemcpy(tr, trace_d, bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        free(tr);
+        return bfp8_fail(BFP8_ERR_DEVICE, "hopper: trace download: %s", cudaGetErrorString(e));
+    }
+    unsigned long long t0 = ~0ull;
+    for (int c = 0; c < grid; c++) t0 = tr[c * kTraceSlots] && tr[c * kTraceSlots] < t0 ? tr[c * kTraceSlots] : t0;
+    fprintf(stderr, "[bfp8 hopper trace] M=%lld N=%lld K=%lld grid=%d (us after the first CTA start, median/latest):",
+            (long long)m, (long long)n, (long long)k, grid);
+    double med, max;
+    for (int slot = 0; slot < kTraceSlots; slot++) {
+        if (!trace_column(tr, grid, slot, t0, &med, &max)) continue;
+        if (slot < 2)
+            fprintf(stderr, " %s %.2f/%.2f", slot == 0 ? "start" : "first-stage", med, max);
+        else
+            fprintf(stderr, " unit%d-end %.2f/%.2f", slot - 2, med, max);
+    }
+    fprintf(stderr, "\n");
+    free(tr);
+    return BFP8_OK;
+}
 
 /* BFP8_LOG containing "hopper": one stderr line per call with the plan (path, tile, splits, grid). Read once. */
 bool log_plans(void) {
@@ -942,6 +1130,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.bias_dtype = args->bias ? (int)args->bias_dtype : -1;
     hp.y = args->y;
     hp.y_dtype = (int)args->y_dtype;
+    hp.early_weights = bfp8_act_from_prior_kernel() && early_weights_enabled();
     hp.y_vec = (n % 8 == 0) && ((uintptr_t)args->y % 16 == 0);
     hp.y_tma = !pl.swap && pl.splits == 1 && hp.y_vec && args->y_dtype != BFP8_DTYPE_F32 && tma_store_enabled();
     CUtensorMap map_y;
@@ -950,6 +1139,14 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         BFP8_TRY(encode_map(&map_y, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, args->y, m, n, n, 64, 64, true, "Y"));
 
     cudaStream_t stream = (cudaStream_t)args->stream;
+    void *trace_d = nullptr;
+    if (trace_enabled()) {
+        const size_t bytes = (size_t)pl.grid * kTraceSlots * sizeof(unsigned long long);
+        BFP8_TRY(bfp8_cuda_malloc_async(&trace_d, bytes, args->stream));
+        if (cudaMemsetAsync(trace_d, 0, bytes, stream) != cudaSuccess)
+            return bfp8_fail(BFP8_ERR_DEVICE, "hopper: trace buffer memset failed");
+        hp.trace = (unsigned long long *)trace_d;
+    }
     void *ws = nullptr;
     if (pl.splits > 1) {
         size_t bytes = (size_t)pl.splits * (size_t)m * (size_t)n * sizeof(float);
@@ -981,6 +1178,11 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         e = cudaLaunchKernelEx(&cfg, hopper_splitk_reduce, (const float *)ws, pl.splits, m, n, n0, hp.bias,
                                hp.bias_dtype, args->y, hp.y_dtype, vec);
     }
+    if (trace_d) {
+        bfp8_status st = e == cudaSuccess ? trace_report(hp.trace, pl.grid, m, n, k, stream) : BFP8_OK;
+        bfp8_status st2 = bfp8_cuda_free_async(trace_d, args->stream);
+        if (e == cudaSuccess && (st != BFP8_OK || st2 != BFP8_OK)) return st != BFP8_OK ? st : st2;
+    }
     if (ws) {
         bfp8_status st = bfp8_cuda_free_async(ws, args->stream);
         if (st != BFP8_OK && e == cudaSuccess) return st;
@@ -1002,15 +1204,14 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
     return hopper_run(args, info.num_sms);
 }
 
-/* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run table): every M <= 4 cell;
- * M <= 16 with at least 16 MiB of weights; M <= 64 with K >= 7168; and above M = 64, with K <= 7168, where the
- * normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with N=2112:
- * few tiles, which cuBLASLt's fixed tiling leaves on idle SMs). Elsewhere cuBLASLt (priority 30) is faster, so
- * hopper ranks below it and serves only what cuBLASLt declines. */
+/* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run table): every M <= 16 cell;
+ * M <= 32 with K >= 1536; M <= 64 with K >= 7168; and above M = 64, with K <= 7168, where the normal path's
+ * 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with N=2112: few tiles,
+ * which cuBLASLt's fixed tiling leaves on idle SMs). Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks
+ * below it and serves only what cuBLASLt declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
-    const bool big_weights = (double)p->n * (double)p->k >= 16.0 * 1024 * 1024;
-    if (p->m <= 4 || (p->m <= 16 && big_weights) || (p->m <= 64 && p->k >= 7168)) return 35;
+    if (p->m <= 16 || (p->m <= 32 && p->k >= 1536) || (p->m <= 64 && p->k >= 7168)) return 35;
     if (p->m > 64 && p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
     return 25;
 }

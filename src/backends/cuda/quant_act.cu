@@ -11,6 +11,11 @@ constexpr int kWarpsPerBlock = 8;
 __global__ void quantize_act_kernel(const void *__restrict__ x, int x_dtype, int64_t m, int64_t k,
                                     uint8_t *__restrict__ q, bfp8_cuda_scale_view scales, int ue8m0,
                                     unsigned long long *nonfinite) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* A GEMM launched as this kernel's programmatic dependent may start now: it waits for this grid before it
+     * reads the activations (hopper streams its weight meanwhile). Ordinary launches are unaffected. */
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
     const int lane = threadIdx.x & 31;
     const int64_t kblocks = (k + 127) / 128;
     const int64_t groups = m * kblocks;
