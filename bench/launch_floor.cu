@@ -79,8 +79,8 @@ __global__ void tile_read_kernel(const uint4 *w, int64_t k, int tiles, int kbloc
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     const int chunk = threadIdx.x + c * 512, row = chunk / 8, col16 = chunk % 8;
-                    const int64_t off = BLOCKED ? ((int64_t)tile * kblocks + kb + j) * 1024 + chunk
-                                                : (((int64_t)tile * 128 + row) * k + (int64_t)(kb + j) * 128) / 16 + col16;
+                    const int64_t row_major = (((int64_t)tile * 128 + row) * k + (int64_t)(kb + j) * 128) / 16;
+                    const int64_t off = BLOCKED ? ((int64_t)tile * kblocks + kb + j) * 1024 + chunk : row_major + col16;
                     v[2 * j + c] = kb + j < kb1 ? __ldcs(w + off) : make_uint4(0, 0, 0, 0);
                 }
             }

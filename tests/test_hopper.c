@@ -2,8 +2,9 @@
  * independent double computation of the same quantized inputs (DESIGN section 3 tolerances) and calc_diff against
  * the unquantized product: ragged M x all eight DeepSeek-R1 (N, K) shapes, K and N at their boundaries, every output
  * and bias dtype, both scale formats, the swapped (decode) and normal paths with and without split-K, poisoned
- * outputs, run-to-run determinism, refusals, and bfp8_linear on the device. Option --small: a few small cases, for compute-sanitizer. Without a
- * device it prints "hopper: skipped: <reason>" and checks only what needs none. Timing is `blockfp8 bench`'s job. */
+ * outputs, run-to-run determinism, refusals, and bfp8_linear on the device. Option --small: a few small cases, for
+ * compute-sanitizer. Without a device it prints "hopper: skipped: <reason>" and checks only what needs none. Timing
+ * is `blockfp8 bench`'s job. */
 #include "check.h"
 
 #include "internal.h"

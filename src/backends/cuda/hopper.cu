@@ -16,16 +16,20 @@
  * Warpgroups 1 and 2 are consumers, 64 P rows each: per K block they wait on "full", read the block's activation
  * scales, run four m64nBQk32 wgmmas into a fresh fp32 partial, wait for them, release the stage on its "empty"
  * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
- * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path two partials alternate, so block
- * b+1's MMAs run while block b is promoted. setmaxnreg moves registers from the producer to the consumers. After
- * changing a consumer loop, check `-Xptxas -v` (make test does): when ptxas cannot prove an accumulator idle it
- * serializes the wgmmas and says so (C7514, C7518); the kernel stays correct, only slower.
+ * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path, and on swapped units of 12 or
+ * more K blocks, two partials alternate, so block b+1's MMAs run while block b is promoted. setmaxnreg moves
+ * registers from the producer to the consumers. After changing a consumer loop, check `-Xptxas -v` (make test
+ * does): when ptxas cannot prove an accumulator idle it serializes the wgmmas and says so (C7514, C7518); the
+ * kernel stays correct, only slower.
  *
  * The grid is persistent: CTAs walk work units (P tile, Q tile, K split) with a stride of gridDim.x, so the
  * producer streams the next unit's data while the consumers finish the current one. Split-K (for decode and
  * other shapes with fewer tiles than SMs) writes fp32 partials to a workspace that a second kernel sums in a
  * fixed order, adds the bias to and rounds once (launched as a programmatic dependent to hide its launch). Rows,
  * columns and K beyond the matrix are zero-filled by TMA, so edge tiles and a partial last K block are exact.
+ * Inside bfp8_linear the kernel is launched as a programmatic dependent of the activation quantization: the
+ * producer requests the first unit's weight tiles at once and waits for that kernel (griddepcontrol.wait) only
+ * before it loads activations, so launch and first-byte latency overlap the quantization.
  * Epilogue: the normal path with 16-bit output and N % 8 == 0 packs the tile into swizzled shared memory and
  * stores it with TMA (clipped at the matrix edges) while the warpgroup starts its next unit; other cases stage
  * through shared memory and store 16-byte (or 4-element) chunks of output rows, bounds-checked.
@@ -757,7 +761,7 @@ TileOverride tile_override(void) {
  * for a split, the partials out and back and ~3 us for the reduce. A block's time is the larger of its weight bytes
  * from HBM (activations and, at large M, weights come from L2) and its FLOPs. An SM streams at most ~50 GB/s, and
  * the SMs of one wave share ~4 TB/s: 56 SMs already draw as much as 112. Swapped units compute at ~0.5 PFLOP/s
- * over the chip (one partial, a wgmma wait every block), normal ones at ~1. Calibrated on the H200 by a sweep of
+ * over the chip (a block took 0.38 us on one SM at M=64), normal ones at ~1. Calibrated on the H200 by a sweep of
  * forced split counts (bench/hopper-notes.md, v6): with a per-SM share of 4 TB/s / 132 instead, the model split
  * M=1 7168x2048 in two (11.9 us) where one unit per tile takes 10.1, and 7168x16384 seven ways (40.8 us) where two
  * take 39.1. */
@@ -935,6 +939,24 @@ bfp8_status encode_map(CUtensorMap *map, CUtensorMapDataType type, size_t elem, 
     return BFP8_OK;
 }
 
+/* The launch configuration of a programmatic dependent: a grid that may start before the kernel launched ahead of
+ * it on `stream` completes, and waits for it with griddepcontrol.wait where it needs that kernel's results. */
+struct DependentLaunch {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    DependentLaunch(int64_t grid, int block, int smem, cudaStream_t stream) {
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3((unsigned)grid, 1, 1);
+        cfg.blockDim = dim3((unsigned)block, 1, 1);
+        cfg.dynamicSmemBytes = (size_t)smem;
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    DependentLaunch(const DependentLaunch &) = delete; /* cfg points into the object */
+};
+
 template <int BQ, bool SWAP>
 cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms, const CUtensorMap &my,
                           const HopperParams &hp, int grid, cudaStream_t stream) {
@@ -951,17 +973,8 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
         return cudaGetLastError();
     }
     /* A programmatic dependent of the kernel before it (see HopperParams::early_weights). */
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3((unsigned)grid, 1, 1);
-    cfg.blockDim = dim3(kThreads, 1, 1);
-    cfg.dynamicSmemBytes = (size_t)smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kernel, mp, mq, ms, my, hp);
+    const DependentLaunch launch(grid, kThreads, smem, stream);
+    return cudaLaunchKernelEx(&launch.cfg, kernel, mp, mq, ms, my, hp);
 }
 
 cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
@@ -1009,7 +1022,8 @@ bool trace_enabled(void) {
     static const bool on = [] {
         const char *e = getenv("BFP8_HOPPER_TRACE");
         if (!(e && e[0] == '1')) return false;
-        if (!kTraceBuild) fprintf(stderr, "[bfp8 hopper] BFP8_HOPPER_TRACE=1 ignored: rebuild with make HOPPER_TRACE=1\n");
+        if (!kTraceBuild)
+            fprintf(stderr, "[bfp8 hopper] BFP8_HOPPER_TRACE=1 ignored: rebuild with make HOPPER_TRACE=1\n");
         return kTraceBuild;
     }();
     return on;
@@ -1143,8 +1157,10 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     if (trace_enabled()) {
         const size_t bytes = (size_t)pl.grid * kTraceSlots * sizeof(unsigned long long);
         BFP8_TRY(bfp8_cuda_malloc_async(&trace_d, bytes, args->stream));
-        if (cudaMemsetAsync(trace_d, 0, bytes, stream) != cudaSuccess)
+        if (cudaMemsetAsync(trace_d, 0, bytes, stream) != cudaSuccess) {
+            bfp8_cuda_free_async(trace_d, args->stream);
             return bfp8_fail(BFP8_ERR_DEVICE, "hopper: trace buffer memset failed");
+        }
         hp.trace = (unsigned long long *)trace_d;
     }
     void *ws = nullptr;
@@ -1166,16 +1182,8 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         int64_t blocks = ((vec ? count / 4 : count) + 255) / 256;
         if (blocks > 8 * (int64_t)sms) blocks = 8 * (int64_t)sms;
         /* Programmatic dependent launch hides the reduce kernel's launch latency behind the GEMM's tail. */
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3((unsigned)blocks, 1, 1);
-        cfg.blockDim = dim3(256, 1, 1);
-        cfg.stream = stream;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        e = cudaLaunchKernelEx(&cfg, hopper_splitk_reduce, (const float *)ws, pl.splits, m, n, n0, hp.bias,
+        const DependentLaunch launch(blocks, 256, 0, stream);
+        e = cudaLaunchKernelEx(&launch.cfg, hopper_splitk_reduce, (const float *)ws, pl.splits, m, n, n0, hp.bias,
                                hp.bias_dtype, args->y, hp.y_dtype, vec);
     }
     if (trace_d) {
