@@ -15,6 +15,7 @@
 
 #ifdef BFP8_WITH_CUDA
 const bfp8_backend *bfp8_hopper_backend(void);
+void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size);
 
 static const int64_t dsr1_shapes[8][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
                                           {36864, 7168}, {7168, 18432}, {4096, 7168}, {7168, 2048}};
@@ -442,6 +443,38 @@ static void test_refusals(const bfp8_backend *b) {
     operands_free(&o);
 }
 
+/* The plans the split model picks on the H200's 132 SMs for the decode cells of the forced-split sweep, each the
+ * measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6), plus a last-wave split and the two
+ * normal tilings. A change of the model that moves one of these must be measured again. Host-only: runs without a
+ * device; skipped when an environment variable forces a plan. */
+static void test_golden_plans(void) {
+    if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS")) {
+        printf("golden plans: skipped (a plan is forced by the environment)\n");
+        return;
+    }
+    static const struct {
+        int64_t m, n, k;
+        const char *plan; /* the start of bfp8_hopper_plan_describe's line */
+    } cases[] = {
+        {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "swapped BQ=16 splits=1 "},
+        {64, 7168, 2048, "swapped BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
+        {16, 7168, 16384, "swapped BQ=16 splits=2 "}, {64, 7168, 16384, "swapped BQ=64 splits=2 "},
+        {1, 7168, 18432, "swapped BQ=8 splits=2 "},   {16, 7168, 18432, "swapped BQ=16 splits=2 "},
+        {64, 7168, 18432, "swapped BQ=64 splits=2 "}, {1, 2112, 7168, "swapped BQ=8 splits=7 "},
+        {16, 2112, 7168, "swapped BQ=16 splits=7 "},  {64, 2112, 7168, "swapped BQ=64 splits=7 "},
+        {1, 4096, 7168, "swapped BQ=8 splits=4 "},    {16, 4096, 7168, "swapped BQ=16 splits=3 "},
+        {64, 4096, 7168, "swapped BQ=64 splits=4 "},
+        {16, 36864, 7168, "swapped BQ=16 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        {128, 7168, 16384, "normal BQ=64 splits=1 "}, {4096, 7168, 16384, "normal BQ=128 splits=1 "},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char line[160];
+        bfp8_hopper_plan_describe(cases[i].m, cases[i].n, cases[i].k, 132, line, sizeof line);
+        CHECK(strncmp(line, cases[i].plan, strlen(cases[i].plan)) == 0, "plan for M=%lld N=%lld K=%lld: '%s', want "
+              "'%s...'", (long long)cases[i].m, (long long)cases[i].n, (long long)cases[i].k, line, cases[i].plan);
+    }
+}
+
 /* bfp8_linear on the device with hopper: the activation quantization kernel, then the GEMM launched as its
  * programmatic dependent, which requests weight tiles before the activations are written. Checked on every
  * output against the same layer on the host with the reference backend (the two quantizations are bit-identical,
@@ -567,6 +600,7 @@ int main(int argc, char **argv) {
 #else
     const bfp8_backend *b = bfp8_hopper_backend();
     test_caps(b);
+    test_golden_plans();
     char why[BFP8_REASON_MAX] = "";
     bool have = bfp8_cuda_available(why, sizeof why);
     int arch = have ? bfp8_cuda_current_arch() : 0;

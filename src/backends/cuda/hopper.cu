@@ -58,6 +58,7 @@ extern "C" {
 extern "C" const bfp8_backend *bfp8_hopper_backend(void);
 extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size);
 extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms);
+extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size);
 
 namespace {
 
@@ -878,6 +879,12 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     return plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms);
 }
 
+/* One line naming a plan: path, tile, K split, units and grid (BFP8_LOG=hopper, and the tests' golden plans). */
+void describe_plan(const Plan &pl, char *out, size_t size) {
+    snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d) grid=%d",
+             pl.swap ? "swapped" : "normal", pl.bq, pl.splits, pl.kb_per_split, pl.units, pl.whole_units, pl.grid);
+}
+
 PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn(void) {
     static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
         void *ptr = nullptr;
@@ -1170,11 +1177,11 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         hp.workspace = (float *)ws;
     }
     cudaError_t e = launch_planned(pl, map_p, map_q, map_sa, map_y, hp, stream);
-    if (log_plans())
-        fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s BQ=%d splits=%d (K blocks per split %d) units=%d "
-                        "(whole %d) grid=%d\n",
-                (long long)m, (long long)n, (long long)k, pl.swap ? "swapped" : "normal", pl.bq, pl.splits,
-                pl.kb_per_split, pl.units, pl.whole_units, pl.grid);
+    if (log_plans()) {
+        char line[160];
+        describe_plan(pl, line, sizeof line);
+        fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s\n", (long long)m, (long long)n, (long long)k, line);
+    }
     if (e == cudaSuccess && pl.splits > 1) {
         /* Columns (weight rows, swapped) of whole tiles are final already; the reduce covers the rest. */
         const int64_t n0 = pl.swap ? (int64_t)pl.whole_units * kBP : 0, count = m * (n - n0);
@@ -1261,3 +1268,7 @@ extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, c
 }
 
 extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms) { return hopper_run(args, sms); }
+
+extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
+    describe_plan(make_plan(m, n, k, sms), out, size);
+}
