@@ -96,8 +96,6 @@ struct Ctx {
     int sms;
     int *sink;
     void *small; /* memset target */
-    const uint4 *weights;
-    size_t weight_bytes;
 };
 
 template <typename F> double median_us(const Ctx &c, const uint4 *flush, size_t flush16, F &&work, int iters = 50) {

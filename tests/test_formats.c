@@ -145,12 +145,14 @@ static void test_e4m3_special(void) {
     CHECK(bfp8_e4m3_from_f32(5 * 0x1p-10f) == 0x02, "2.5 units ties to 2");
     CHECK(bfp8_e4m3_from_f32(15 * 0x1p-10f) == 0x08, "7.5 units ties to 2^-6 (0x08)");
     CHECK(bfp8_e4m3_from_f32(0x1p-6f) == 0x08, "min normal");
-    CHECK(bfp8_e4m3_from_f32(bfp8_f32_from_bits(1)) == 0x00 && bfp8_e4m3_from_f32(-bfp8_f32_from_bits(1)) == 0x80, "fp32 denormal");
+    CHECK(bfp8_e4m3_from_f32(bfp8_f32_from_bits(1)) == 0x00 && bfp8_e4m3_from_f32(-bfp8_f32_from_bits(1)) == 0x80,
+          "fp32 denormal");
     CHECK(bfp8_e4m3_from_f32(0x1p-30f) == 0x00, "tiny");
     CHECK(bfp8_e4m3_from_f32(0.0f) == 0x00 && bfp8_e4m3_from_f32(-0.0f) == 0x80, "signed zero");
     CHECK(bfp8_e4m3_from_f32(-0x1p-11f) == 0x80, "negative that rounds to zero keeps its sign");
     CHECK(bfp8_e4m3_from_f32(NAN) == 0x7F && bfp8_e4m3_from_f32(-NAN) == 0xFF, "NaN");
-    CHECK(bfp8_e4m3_from_f32(bfp8_f32_from_bits(0x7F800001u)) == 0x7F && bfp8_e4m3_from_f32(bfp8_f32_from_bits(0xFFC00000u)) == 0xFF,
+    CHECK(bfp8_e4m3_from_f32(bfp8_f32_from_bits(0x7F800001u)) == 0x7F &&
+              bfp8_e4m3_from_f32(bfp8_f32_from_bits(0xFFC00000u)) == 0xFF,
           "signalling / negative NaN");
 }
 
@@ -221,7 +223,8 @@ static void test_bf16(void) {
     CHECK(bfp8_bf16_from_f32(bfp8_f32_from_bits(0x3F808001u)) == 0x3F81, "above the tie");
     CHECK(bfp8_bf16_from_f32(bfp8_f32_from_bits(0x7F7F8000u)) == 0x7F80, "max + half ulp -> inf");
     CHECK(bfp8_bf16_from_f32(bfp8_f32_from_bits(0x7F7F7FFFu)) == 0x7F7F, "below -> max");
-    uint16_t n1 = bfp8_bf16_from_f32(bfp8_f32_from_bits(0x7F800001u)), n2 = bfp8_bf16_from_f32(bfp8_f32_from_bits(0xFF800001u));
+    uint16_t n1 = bfp8_bf16_from_f32(bfp8_f32_from_bits(0x7F800001u));
+    uint16_t n2 = bfp8_bf16_from_f32(bfp8_f32_from_bits(0xFF800001u));
     CHECK(bf16_is_nan(n1) && bf16_is_nan(n2) && (n2 & 0x8000) && (n1 & 0x40), "NaN stays quiet NaN: %04x %04x", n1, n2);
     bad = 0;
     for (int i = 0; i < 1000000; i++) {

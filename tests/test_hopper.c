@@ -316,7 +316,8 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
     double err2 = 0, ref2 = 0;
     test_calc_diff cd = {0}, cd_ref = {0}; /* output and quantized reference, both vs unquantized */
     /* Per sampled row, for the report when a check fails: calc_diff, error against the quantized reference. */
-    double *row_cd = xmalloc(sizeof(double) * (size_t)(nr ? nr : 1)), *row_rel = xmalloc(sizeof(double) * (size_t)(nr ? nr : 1));
+    double *row_cd = xmalloc(sizeof(double) * (size_t)(nr ? nr : 1));
+    double *row_rel = xmalloc(sizeof(double) * (size_t)(nr ? nr : 1));
     /* The sampled weight rows decoded once; rows of the output outer, so calc_diff closes one row at a time. */
     float *bcols = xmalloc(sizeof(float) * (size_t)(nc * k)), *arow = xmalloc(sizeof(float) * (size_t)k);
     for (int64_t ci = 0; ci < nc; ci++)

@@ -8,7 +8,6 @@
 
 #include <math.h>
 
-
 /* ---- the encoder on its own: every fp32 around each rounding position ---------------------------------------- */
 
 static int encode_mismatches;
@@ -99,7 +98,8 @@ static void test_amax(void) {
         float want = 0.0f;
         int64_t want_bad = 0;
         for (int i = 0; i < n; i++) {
-            xs[i] = (trial & 1) ? bfp8_f32_from_bits((uint32_t)test_rand_u64()) : test_randn(1.0f) * ldexpf(1.0f, trial % 60 - 30);
+            xs[i] = (trial & 1) ? bfp8_f32_from_bits((uint32_t)test_rand_u64())
+                                : test_randn(1.0f) * ldexpf(1.0f, trial % 60 - 30);
             if (isfinite(xs[i])) want = fmaxf(want, fabsf(xs[i]));
             else want_bad++;
         }

@@ -854,6 +854,9 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
     return pl;
 }
 
+/* Normal-path tiles of an M x N output with weight tiles bq wide (make_plan and hopper_priority). */
+int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP) * bfp8_ceil_div(n, bq); }
+
 /* The tiling, from a sweep of the tilings on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5):
  *  - M <= 64: swapped, the Q tile the power of two >= M (fastest in 23 of 24 cells; the normal path's 128-row
  *    activation tile is mostly padding there);
@@ -862,9 +865,6 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
  *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
  * BFP8_HOPPER_TILE overrides (tile_override). */
-/* Normal-path tiles of an M x N output with weight tiles bq wide (make_plan and hopper_priority). */
-int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP) * bfp8_ceil_div(n, bq); }
-
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
     const TileOverride forced = tile_override();
     if (forced.set && !forced.swap) return plan_tiling(false, forced.bq, m, n, k, sms);
@@ -1001,13 +1001,16 @@ cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensor
     }
 }
 
+/* Whether the environment variable `name` starts with '0' (the switches below are on unless set to 0). */
+bool env_is_zero(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] == '0';
+}
+
 /* BFP8_HOPPER_TMA_STORE=0 keeps the v2 epilogue (16-byte stores by every thread) on the normal path, for
  * side-by-side measurement. Read once. */
 bool tma_store_enabled(void) {
-    static const bool on = [] {
-        const char *e = getenv("BFP8_HOPPER_TMA_STORE");
-        return !(e && e[0] == '0');
-    }();
+    static const bool on = !env_is_zero("BFP8_HOPPER_TMA_STORE");
     return on;
 }
 
@@ -1016,10 +1019,7 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 /* BFP8_HOPPER_EARLY_WEIGHTS=0 launches after the activation quantization has finished even inside bfp8_linear, for
  * side-by-side measurement. Read once. */
 bool early_weights_enabled(void) {
-    static const bool on = [] {
-        const char *e = getenv("BFP8_HOPPER_EARLY_WEIGHTS");
-        return !(e && e[0] == '0');
-    }();
+    static const bool on = !env_is_zero("BFP8_HOPPER_EARLY_WEIGHTS");
     return on;
 }
 
