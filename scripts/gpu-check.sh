@@ -47,9 +47,10 @@ quick=${GPU_CHECK_QUICK:-0}
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
 # hopper's plans that its heuristic picks for some shapes only, each forced on every case: the decode split of only
 # the last wave's tiles, each tiling (normal path with 64/128-wide weight tiles, swapped while M <= 128, swapped with
-# several 16-token Q tiles), and the staged epilogue in place of the TMA store. Commas join one variant's variables.
+# several 16-token Q tiles), the staged epilogue in place of the TMA store, and last tiles loaded with the whole box
+# (rows past the matrix zero-filled by TMA) instead of a smaller one. Commas join one variant's variables.
 hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
-    BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0"
+    BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_EDGE_BOX=0"
 variants() {
     local v rc=0
     for v in $hopper_variants; do
@@ -106,7 +107,9 @@ for s in build unit-suite test_cuda variants sanitizer sass probe bench; do prin
 echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
 echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
 echo "-- test_hopper with each forced plan:"
-grep -E '^(== |hopper:)' "$out/test_hopper_variants.log" 2>/dev/null | paste - - | sed 's/^== /  /'
+# One line per variant (its name, then the test's count line), then the first failed checks, if any.
+grep -E '^(== |hopper: [0-9]+ passed)' "$out/test_hopper_variants.log" 2>/dev/null | paste - - | sed 's/^== /  /'
+grep -E 'CHECK.*failed' "$out/test_hopper_variants.log" 2>/dev/null | head -5 | cut -c1-200 | sed 's/^/  /'
 echo "-- sanitizer:"; grep -E 'SUMMARY|cuda:|^== ' "$out/sanitizer.log" | sed 's/^/  /'
 echo "-- sass:"; sed -n '/^== /,$p' "$out/build.log" | sed 's/^/  /'
 echo "-- probe (cuBLASLt limits):"

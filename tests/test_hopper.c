@@ -447,9 +447,9 @@ static void test_refusals(const bfp8_backend *b) {
 }
 
 /* The plans the split model picks on the H200's 132 SMs for the decode cells of the forced-split sweep, each the
- * measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6), plus a last-wave split and the two
- * normal tilings. A change of the model that moves one of these must be measured again. Host-only: runs without a
- * device; skipped when an environment variable forces a plan. */
+ * measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6), plus last-wave splits (swapped and
+ * normal) and the two normal tilings. A change of the model that moves one of these must be measured again. Host-only:
+ * runs without a device; skipped when an environment variable forces a plan. */
 static void test_golden_plans(void) {
     if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS")) {
         printf("golden plans: skipped (a plan is forced by the environment)\n");
@@ -469,6 +469,9 @@ static void test_golden_plans(void) {
         {64, 4096, 7168, "swapped BQ=64 splits=4 "},
         {16, 36864, 7168, "swapped BQ=16 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
         {128, 7168, 16384, "normal BQ=64 splits=1 "}, {4096, 7168, 16384, "normal BQ=128 splits=1 "},
+        {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        /* test_linear's last-wave split with two P tiles: the whole tiles are rounded down to full columns */
+        {129, 8576, 4096, "normal BQ=64 splits=32 (K blocks per split 1) units=392 (whole 264) grid=132"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char line[160];
@@ -591,6 +594,7 @@ static void test_linear(bool small_only) {
     linear_case(dev, host, 1, 1024, 512, BFP8_SCALE_FP32, false);     /* swapped, 4-block units (one partial) */
     linear_case(dev, host, 3, 256, 8192, BFP8_SCALE_UE8M0, true);     /* swapped, split K */
     linear_case(dev, host, 100, 384, 1040, BFP8_SCALE_FP32, true);    /* normal, partial last K block */
+    linear_case(dev, host, 129, 8576, 4096, BFP8_SCALE_UE8M0, true);  /* normal, last wave's tiles split */
     if (!small_only) {
         linear_case(dev, host, 17, 2048, 2048, BFP8_SCALE_FP32, true);  /* swapped, 16-block units (two partials) */
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */

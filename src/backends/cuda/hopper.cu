@@ -25,8 +25,10 @@
  * The grid is persistent: CTAs walk work units (P tile, Q tile, K split) with a stride of gridDim.x, so the
  * producer streams the next unit's data while the consumers finish the current one. Split-K (for decode and
  * other shapes with fewer tiles than SMs) writes fp32 partials to a workspace that a second kernel sums in a
- * fixed order, adds the bias to and rounds once (launched as a programmatic dependent to hide its launch). Rows,
- * columns and K beyond the matrix are zero-filled by TMA, so edge tiles and a partial last K block are exact.
+ * fixed order, adds the bias to and rounds once (launched as a programmatic dependent to hide its launch). K beyond
+ * the matrix is zero-filled by TMA, so a partial last K block is exact; a last tile that the matrix ends inside is
+ * loaded with a box cut to the rows that exist (in 8-row groups), and the stale rows past it feed only outputs
+ * that are not stored.
  * Inside bfp8_linear the kernel is launched as a programmatic dependent of the activation quantization: the
  * producer requests the first unit's weight tiles at once and waits for that kernel (griddepcontrol.wait) only
  * before it loads activations, so launch and first-byte latency overlap the quantization.
@@ -66,13 +68,14 @@ constexpr int kBK = 128;            /* K per stage = one scale block = one 128-b
 constexpr int kBP = 128;            /* P rows per tile: two consumer warpgroups of 64 */
 constexpr int kThreads = 384;       /* producer warpgroup + two consumer warpgroups */
 constexpr int kMaxSmem = 227 * 1024;
+constexpr int kGroupP = 8; /* rasterization: groups of 8 P tiles walk Q together (L2 reuse) */
 
 struct HopperParams {
     int64_t m, n, k;
     int kblocks;
     int p_tiles, q_tiles, splits, kb_per_split, units;
     /* Units [0, whole_units) are tiles 0.. with the whole K range; the rest cover the remaining tiles split
-     * `splits` ways (all tiles when whole_units = 0). whole_units > 0 only on the swapped path. */
+     * `splits` ways (all tiles when whole_units = 0). The whole tiles cover a prefix of the output's columns. */
     int whole_units;
     const float *sb; /* weight scales, ROW_MAJOR [ceil(n/128)][kblocks] */
     const void *bias;
@@ -81,15 +84,29 @@ struct HopperParams {
     int y_dtype;
     float *workspace; /* [splits][m][n] when splits > 1 */
     int y_vec;        /* y 16-byte aligned and n % 8 == 0: whole 16-byte chunks of output rows */
-    int y_tma;        /* normal path, no split, 16-bit output, y_vec: the epilogue stores through TMA (map_y) */
+    int y_tma;        /* normal path, no split, 16-bit output, y_vec: the epilogue stores through TMA (maps.y) */
     /* Builds with HOPPER_TRACE=1 and BFP8_HOPPER_TRACE=1 set: per CTA kTraceSlots %globaltimer stamps (ns):
      * start, first stage full, end of each unit (the first kTraceSlots - 2). NULL: no stamps. */
     unsigned long long *trace;
     /* Launched as a programmatic dependent of the kernel that wrote the activations (bfp8_linear's quantization):
      * the first stages' weight tiles are requested before waiting for that kernel. */
     int early_weights;
+    /* Rows of the box that loads the last P (Q) tile when the matrix ends inside it (a multiple of 8, under kBP
+     * (BQ)); 0: the whole box. TMA zero-fills rows past the matrix, but not for free: a 128-row activation box
+     * with 127 rows past M=129 made every K block ~60% slower (bench/hopper-notes.md, v7). The shared-memory rows
+     * past the smaller box keep stale bytes; they feed only accumulator rows (columns, swapped) that lie outside
+     * the output and are never stored. */
+    int p_last_rows, q_last_rows;
 };
 constexpr int kTraceSlots = 16;
+
+/* The kernel's TMA descriptors, one kernel parameter (__grid_constant__: TMA reads them from parameter space). */
+struct TensorMaps {
+    CUtensorMap p, q;           /* the P and Q operands, 128 x kBP and 128 x BQ boxes */
+    CUtensorMap p_last, q_last; /* the same with p_last_rows / q_last_rows rows (unused when those are 0) */
+    CUtensorMap sa;             /* activation scales, one K block of a tile's rows */
+    CUtensorMap y;              /* the output for the TMA-store epilogue (unused unless y_tma) */
+};
 /* The stamps cost the normal path ~3.5% even when off (a live pointer through the consumer loop; measured on the
  * H200, bench/hopper-notes.md v6), so they are compiled only into diagnostic builds: make HOPPER_TRACE=1. */
 #ifndef BFP8_HOPPER_TRACE
@@ -184,8 +201,6 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
            ((uint64_t)1 << 62);
 }
 
-constexpr int kGroupP = 8; /* rasterization: groups of 8 P tiles walk Q together (L2 reuse) */
-
 /* Unit u -> (P tile, Q tile, split) and its K-block range [kb0, kb1); partial: the unit writes fp32 partial sums
  * for the reduce kernel instead of y. Tiles are numbered so that groups of kGroupP P tiles sweep all Q tiles. */
 struct Unit {
@@ -219,14 +234,11 @@ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u) {
 
 template <int BQ, bool SWAP>
 __global__ void __launch_bounds__(kThreads, 1)
-    hopper_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
-                       const __grid_constant__ CUtensorMap map_sa, const __grid_constant__ CUtensorMap map_y,
-                       const HopperParams p) {
+    hopper_gemm_kernel(const __grid_constant__ TensorMaps maps, const HopperParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Config<BQ, SWAP>;
     constexpr int kStages = C::kStages;
     constexpr int kScaleRows = SWAP ? BQ : kBP; /* activation scales per K block of a tile */
-    constexpr uint32_t kTxBytes = C::kStageBytes + kScaleRows * 4;
     static_assert(128 % BQ == 0, "a tile's weight rows lie inside one 128-row weight block (one scale per K block)");
 
     extern __shared__ uint8_t smem_raw[];
@@ -263,15 +275,29 @@ __global__ void __launch_bounds__(kThreads, 1)
             trace[1] = global_ns();
         }
         if (threadIdx.x == 0) {
-            tma_prefetch_map(&map_p);
-            tma_prefetch_map(&map_q);
-            tma_prefetch_map(&map_sa);
+            tma_prefetch_map(&maps.p);
+            tma_prefetch_map(&maps.q);
+            tma_prefetch_map(&maps.sa);
+            /* A unit's boxes: the smaller one for a last tile that the matrix ends inside. */
+            auto p_last = [&](const Unit &unit) { return p.p_last_rows && unit.pt == p.p_tiles - 1; };
+            auto q_last = [&](const Unit &unit) { return p.q_last_rows && unit.qt == p.q_tiles - 1; };
+            auto load_p = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
+                tma_load_2d(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full);
+            };
+            auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
+                tma_load_2d(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, unit.qt * BQ, full);
+            };
+            /* Bytes that complete one of the unit's stages (boxes count whole, zero-filled rows included). */
+            auto stage_bytes = [&](const Unit &unit) {
+                const int p_rows = p_last(unit) ? p.p_last_rows : kBP, q_rows = q_last(unit) ? p.q_last_rows : BQ;
+                return (uint32_t)((p_rows + q_rows) * kBK + kScaleRows * 4);
+            };
             /* The weight is P when swapped, Q otherwise; the rest of a stage is activations and their scales. */
             auto load_weight = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
                 if (SWAP)
-                    tma_load_2d(tile, &map_p, kb * kBK, unit.pt * kBP, full);
+                    load_p(tile, full, unit, kb);
                 else
-                    tma_load_2d(tile + C::kPBytes, &map_q, kb * kBK, unit.qt * BQ, full);
+                    load_q(tile, full, unit, kb);
             };
             /* Launched early: the first unit's weight tiles for the free stages go out now (empty barriers start
              * free; the expected bytes cover the whole stage), and the activations after the wait below. */
@@ -280,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const Unit unit = decode_unit(p, blockIdx.x);
                 for (int kb = unit.kb0; kb < unit.kb1 && early_stages < kStages; kb++, early_stages++) {
                     const uint32_t full = full0 + 8 * early_stages;
-                    mbar_arrive_expect_tx(full, kTxBytes);
+                    mbar_arrive_expect_tx(full, stage_bytes(unit));
                     load_weight(tiles_u32 + early_stages * C::kStageBytes, full, unit, kb);
                 }
             }
@@ -297,14 +323,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const uint32_t tile = tiles_u32 + stage * C::kStageBytes;
                     if (issued >= early_stages) {
                         mbar_wait(empty0 + 8 * stage, phase ^ 1);
-                        mbar_arrive_expect_tx(full, kTxBytes);
+                        mbar_arrive_expect_tx(full, stage_bytes(unit));
                         load_weight(tile, full, unit, kb);
                     }
                     if (SWAP)
-                        tma_load_2d(tile + C::kPBytes, &map_q, kb * kBK, unit.qt * BQ, full);
+                        load_q(tile, full, unit, kb);
                     else
-                        tma_load_2d(tile, &map_p, kb * kBK, unit.pt * kBP, full);
-                    tma_load_2d(smem_u32(scales + stage * (C::kScaleSlot / 4)), &map_sa, act_row0, kb, full);
+                        load_p(tile, full, unit, kb);
+                    tma_load_2d(smem_u32(scales + stage * (C::kScaleSlot / 4)), &maps.sa, act_row0, kb, full);
                     if (++stage == kStages) {
                         stage = 0;
                         phase ^= 1;
@@ -479,8 +505,20 @@ __global__ void __launch_bounds__(kThreads, 1)
              * Q column 8*(i/4) + 2*(lane%4) + i%2. Staged through shared memory so that global stores are whole
              * 16-byte chunks of output rows; the producer keeps loading the next unit meanwhile. */
             uint8_t *stage_out = out_stage + wg * (C::kOutRows * C::kOutPitch);
+            if (!SWAP && !unit.partial && p.bias_dtype >= 0) {
+                /* This thread's columns are q_base + 8*j + 2*(lane%4) + {0, 1}, the same for both of its rows:
+                 * one pair of bias values per j, loaded once for both epilogues below (the bias code, inlined per
+                 * element and per epilogue, was a third of the kernel's instructions). */
+#pragma unroll
+                for (int j = 0; j < BQ / 8; j++) {
+                    const int64_t col = q_base + 8 * j + 2 * (lane % 4);
+                    const float b0 = col < p.n ? bfp8_dev_load_f32(p.bias, p.bias_dtype, col) : 0.0f;
+                    const float b1 = col + 1 < p.n ? bfp8_dev_load_f32(p.bias, p.bias_dtype, col + 1) : 0.0f;
+                    total[4 * j] += b0, total[4 * j + 1] += b1, total[4 * j + 2] += b0, total[4 * j + 3] += b1;
+                }
+            }
             if (!SWAP && !unit.partial && p.y_dtype != 0) {
-                /* 16-bit output: bias added, pairs packed into shared memory. With y_tma the layout is [BQ/64]
+                /* 16-bit output: pairs packed into shared memory. With y_tma the layout is [BQ/64]
                  * boxes of [64][64] with the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8):
                  * conflict-free here, and what the TMA expects), and one thread stores them with TMA while the
                  * warpgroup moves on to the next unit; otherwise padded rows, copied out in 16-byte chunks. */
@@ -491,12 +529,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int r = warp * 16 + lane / 4 + 8 * h, c = 8 * j + 2 * (lane % 4);
-                        float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
-                        if (p.bias_dtype >= 0) {
-                            const int64_t n0 = q_base + c;
-                            if (n0 < p.n) v0 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0);
-                            if (n0 + 1 < p.n) v1 += bfp8_dev_load_f32(p.bias, p.bias_dtype, n0 + 1);
-                        }
+                        const float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
                         uint32_t packed;
                         if (p.y_dtype == 1) {
                             __nv_bfloat162 b2 = __floats2bfloat162_rn(v0, v1);
@@ -518,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         const uint32_t src = smem_u32(stage_out);
 #pragma unroll
                         for (int box = 0; box < BQ / 64; box++)
-                            tma_store_2d(&map_y, src + box * 8192, (int)q_base + 64 * box, (int)p_base);
+                            tma_store_2d(&maps.y, src + box * 8192, (int)q_base + 64 * box, (int)p_base);
                         bulk_commit();
                     }
                 } else {
@@ -538,7 +571,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                 }
             } else if (!SWAP) {
-                /* fp32 output or split-K partials: adjacent column pairs straight from registers. */
+                /* fp32 output (bias added above) or split-K partials: adjacent column pairs from registers. */
+                float *out = unit.partial ? p.workspace + (int64_t)split * p.m * p.n : (float *)p.y;
+                const bool pairs = p.n % 2 == 0; /* (row, even col) pairs are 8-byte aligned */
 #pragma unroll
                 for (int j = 0; j < BQ / 8; j++) {
 #pragma unroll
@@ -546,18 +581,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                         const int64_t row = p_base + warp * 16 + lane / 4 + 8 * h;
                         const int64_t col = q_base + 8 * j + 2 * (lane % 4);
                         if (row >= p.m || col >= p.n) continue;
-                        float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
-                        float *dst;
-                        if (unit.partial) {
-                            dst = p.workspace + ((int64_t)split * p.m + row) * p.n + col;
-                        } else {
-                            if (p.bias_dtype >= 0) {
-                                v0 += bfp8_dev_load_f32(p.bias, p.bias_dtype, col);
-                                if (col + 1 < p.n) v1 += bfp8_dev_load_f32(p.bias, p.bias_dtype, col + 1);
-                            }
-                            dst = (float *)p.y + row * p.n + col;
-                        }
-                        if (col + 1 < p.n && (p.n % 2) == 0) {
+                        const float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
+                        float *dst = out + row * p.n + col;
+                        if (pairs) {
                             *(float2 *)dst = make_float2(v0, v1);
                         } else {
                             dst[0] = v0;
@@ -756,6 +782,16 @@ TileOverride tile_override(void) {
     return tile;
 }
 
+/* What the environment forces on the plan (the three variables above). The plan functions take it as an argument,
+ * so that the dispatcher's ranking (hopper_priority) follows the default heuristic whatever a test forces. */
+struct PlanKnobs {
+    TileOverride tile;
+    int hybrid; /* -1: the model decides */
+    int splits; /* 0: the model decides */
+};
+constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0};
+PlanKnobs env_knobs(void) { return {tile_override(), hybrid_mode(), forced_splits()}; }
+
 /* One tiling (swapped with Q tiles of bq tokens, or normal with weight tiles of bq rows) and its K split. Split K
  * when there are too few tiles to fill the SMs, choosing the split count that minimizes a time model: waves of
  * units, each costing (K blocks per unit) x (the time of one block) + ~0.5 us (epilogue, barriers, refill), plus,
@@ -788,7 +824,7 @@ struct SplitModel {
     static double reduce_time(int splits, double outputs) { return (double)splits * outputs * 8.0 / 4.0e12 + 3.0e-6; }
 };
 
-Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
+Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
     Plan pl = {};
     pl.swap = swap;
     pl.bq = bq;
@@ -816,32 +852,35 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms) {
             best_s = s;
         }
     }
-    if (forced_splits()) {
-        const int per = (kblocks + forced_splits() - 1) / forced_splits();
+    if (knobs.splits) {
+        const int per = (kblocks + knobs.splits - 1) / knobs.splits;
         best_s = (kblocks + per - 1) / per; /* no empty splits */
     }
     pl.splits = best_s;
     pl.kb_per_split = (kblocks + best_s - 1) / best_s;
     int64_t units = tiles * best_s;
-    /* Decode with more tiles than SMs but not a whole number of waves (288 weight tiles on 132 SMs): whole tiles
-     * for the full waves, and only the last partial wave's tiles split so that their pieces fill one wave. Splitting
-     * every tile instead pays partials for all of them (8 bytes x splits x M x N: 75 MB at M=64 N=36864); not
-     * splitting leaves 24 SMs running 56-block tiles alone at the end. Measured on the H200 (bench/hopper-notes.md,
-     * v4) it pays only for long tiles: 36864x7168 (56 K blocks) M = 16/64/128: 82.5/92.4/128.3 -> 75.2/79.2/104.3
-     * us; 24576x1536 (12 K blocks): 3-13% slower at M = 16..128, where the last wave is short and the tail's bytes
-     * stream at the chip's rate anyway. Hence kblocks >= 32. Swapped with one Q tile only: there the whole tiles'
-     * columns are a prefix of N, which is what the reduce skips. */
-    if (pl.swap && pl.q_tiles == 1 && tiles > sms && tiles % sms != 0 && kblocks >= 32 && hybrid_mode() != 0 &&
-        !forced_splits()) {
-        const int64_t whole = tiles / sms * sms, tail = tiles - whole;
+    /* More tiles than SMs but not a whole number of waves (288 tiles on 132 SMs): whole tiles for the full waves, and
+     * only the last partial wave's tiles split so that their pieces fill one wave. Splitting every tile instead pays
+     * partials for all of them (8 bytes x splits x M x N: 75 MB at M=64 N=36864); not splitting leaves 24 SMs running
+     * 56-block tiles alone at the end. Measured on the H200 (bench/hopper-notes.md, v4) it pays only for long tiles:
+     * swapped 36864x7168 (56 K blocks) M = 16/64/128: 82.5/92.4/128.3 -> 75.2/79.2/104.3 us, normal M = 100/128:
+     * 95.0/95.9 -> 81.2/82.6 us (v7); 24576x1536 (12 K blocks): 3-13% slower at M = 16..128, where the last wave is
+     * short and the tail's bytes stream at the chip's rate anyway. Hence kblocks >= 32. Only where the whole tiles
+     * cover a prefix of the output's columns, which is what the reduce skips: swapped with one Q tile, or normal with
+     * all P tiles in one rasterization group (decode_unit numbers them P tile fastest; the whole tiles are rounded down
+     * to full columns). */
+    const int across = pl.swap ? pl.q_tiles : pl.p_tiles; /* tiles that share a column range of the output */
+    if (across <= (pl.swap ? 1 : kGroupP) && tiles > sms && tiles % sms != 0 && kblocks >= 32 &&
+        knobs.hybrid != 0 && !knobs.splits) {
+        const int64_t whole = tiles / sms * sms / across * across, tail = tiles - whole;
         int s = (int)(sms / tail);
         if (s > kblocks) s = kblocks;
         if (s >= 2) {
             const int per = (kblocks + s - 1) / s;
             s = (kblocks + per - 1) / per;
             const double t_h = model.waves_time(whole, kblocks, sms) + model.waves_time(tail * s, per, sms) +
-                               SplitModel::reduce_time(s, (double)m * tail * kBP);
-            if (t_h < best * 0.97 || hybrid_mode() == 1) {
+                               SplitModel::reduce_time(s, (double)m * (double)(tail / across) * (swap ? kBP : bq));
+            if (t_h < best * 0.97 || knobs.hybrid == 1) {
                 pl.splits = s;
                 pl.kb_per_split = per;
                 pl.whole_units = (int)whole;
@@ -864,19 +903,24 @@ int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP
  *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
  *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
- * BFP8_HOPPER_TILE overrides (tile_override). */
-Plan make_plan(int64_t m, int64_t n, int64_t k, int sms) {
-    const TileOverride forced = tile_override();
-    if (forced.set && !forced.swap) return plan_tiling(false, forced.bq, m, n, k, sms);
+ * knobs.tile (BFP8_HOPPER_TILE) overrides the choice. */
+Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
+    const TileOverride &forced = knobs.tile;
+    if (forced.set && !forced.swap) return plan_tiling(false, forced.bq, m, n, k, sms, knobs);
     if (m <= 64 || (forced.set && m <= 128)) {
         int bq = 8;
         while (bq < m) bq *= 2;
         if (forced.set && forced.bq) bq = forced.bq;
-        return plan_tiling(true, bq, m, n, k, sms);
+        return plan_tiling(true, bq, m, n, k, sms, knobs);
     }
     const int64_t waves64 = bfp8_ceil_div(normal_tiles(m, n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(normal_tiles(m, n, 128), sms);
-    return plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms);
+    return plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, knobs);
+}
+
+/* Output columns [0, whole_columns) come from whole tiles only (see the last-wave split in plan_tiling). */
+int64_t whole_columns(const Plan &pl) {
+    return pl.swap ? (int64_t)pl.whole_units * kBP : (int64_t)(pl.whole_units / pl.p_tiles) * pl.bq;
 }
 
 /* One line naming a plan: path, tile, K split, units and grid (BFP8_LOG=hopper, and the tests' golden plans). */
@@ -965,8 +1009,7 @@ struct DependentLaunch {
 };
 
 template <int BQ, bool SWAP>
-cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms, const CUtensorMap &my,
-                          const HopperParams &hp, int grid, cudaStream_t stream) {
+cudaError_t launch_kernel(const TensorMaps &maps, const HopperParams &hp, int grid, cudaStream_t stream) {
     auto kernel = hopper_gemm_kernel<BQ, SWAP>;
     const int smem = Config<BQ, SWAP>::kSmemBytes;
     static bool attr_set = false; /* idempotent: a race only sets it twice */
@@ -976,28 +1019,27 @@ cudaError_t launch_kernel(const CUtensorMap &mp, const CUtensorMap &mq, const CU
         attr_set = true;
     }
     if (!hp.early_weights) {
-        kernel<<<grid, kThreads, smem, stream>>>(mp, mq, ms, my, hp);
+        kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
         return cudaGetLastError();
     }
     /* A programmatic dependent of the kernel before it (see HopperParams::early_weights). */
     const DependentLaunch launch(grid, kThreads, smem, stream);
-    return cudaLaunchKernelEx(&launch.cfg, kernel, mp, mq, ms, my, hp);
+    return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
 }
 
-cudaError_t launch_planned(const Plan &pl, const CUtensorMap &mp, const CUtensorMap &mq, const CUtensorMap &ms,
-                           const CUtensorMap &my, const HopperParams &hp, cudaStream_t stream) {
+cudaError_t launch_planned(const Plan &pl, const TensorMaps &maps, const HopperParams &hp, cudaStream_t stream) {
     if (!pl.swap) {
         switch (pl.bq) {
-        case 64: return launch_kernel<64, false>(mp, mq, ms, my, hp, pl.grid, stream);
-        default: return launch_kernel<128, false>(mp, mq, ms, my, hp, pl.grid, stream);
+        case 64: return launch_kernel<64, false>(maps, hp, pl.grid, stream);
+        default: return launch_kernel<128, false>(maps, hp, pl.grid, stream);
         }
     }
     switch (pl.bq) {
-    case 8: return launch_kernel<8, true>(mp, mq, ms, my, hp, pl.grid, stream);
-    case 16: return launch_kernel<16, true>(mp, mq, ms, my, hp, pl.grid, stream);
-    case 32: return launch_kernel<32, true>(mp, mq, ms, my, hp, pl.grid, stream);
-    case 64: return launch_kernel<64, true>(mp, mq, ms, my, hp, pl.grid, stream);
-    default: return launch_kernel<128, true>(mp, mq, ms, my, hp, pl.grid, stream);
+    case 8: return launch_kernel<8, true>(maps, hp, pl.grid, stream);
+    case 16: return launch_kernel<16, true>(maps, hp, pl.grid, stream);
+    case 32: return launch_kernel<32, true>(maps, hp, pl.grid, stream);
+    case 64: return launch_kernel<64, true>(maps, hp, pl.grid, stream);
+    default: return launch_kernel<128, true>(maps, hp, pl.grid, stream);
     }
 }
 
@@ -1012,6 +1054,21 @@ bool env_is_zero(const char *name) {
 bool tma_store_enabled(void) {
     static const bool on = !env_is_zero("BFP8_HOPPER_TMA_STORE");
     return on;
+}
+
+/* BFP8_HOPPER_EDGE_BOX=0 loads a last tile that the matrix ends inside with the whole box (rows past the matrix
+ * zero-filled by TMA; HopperParams::p_last_rows), for side-by-side measurement. Read once. */
+bool edge_box_enabled(void) {
+    static const bool on = !env_is_zero("BFP8_HOPPER_EDGE_BOX");
+    return on;
+}
+
+/* Rows of the box for the last of the `tile`-row tiles of a `rows`-row matrix: what is left of the matrix rounded
+ * up to whole 8-row swizzle groups, or 0 where that is the whole tile (see HopperParams::p_last_rows). */
+int last_box_rows(int64_t rows, int tile) {
+    const int left = (int)(rows - (bfp8_ceil_div(rows, tile) - 1) * tile);
+    const int box = (left + 7) / 8 * 8;
+    return box < tile && edge_box_enabled() ? box : 0;
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -1122,17 +1179,26 @@ bool hopper_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_si
 bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     const int64_t m = args->m, n = args->n, k = args->k;
     if (m == 0 || n == 0) return BFP8_OK;
-    const Plan pl = make_plan(m, n, k, sms);
+    const Plan pl = make_plan(m, n, k, sms, env_knobs());
     const int64_t kblocks = bfp8_ceil_div(k, kBK);
     const int64_t sa_ld = bfp8_round_up(m, 4);
     const uint8_t *p_mat = pl.swap ? args->b : args->a;
     const uint8_t *q_mat = pl.swap ? args->a : args->b;
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
-    CUtensorMap map_p, map_q, map_sa;
-    BFP8_TRY(encode_map(&map_p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, kBP, true, "P"));
-    BFP8_TRY(encode_map(&map_q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK, (uint32_t)pl.bq, true,
+    TensorMaps maps;
+    memset(&maps, 0, sizeof maps); /* the maps a plan does not use stay zero */
+    BFP8_TRY(encode_map(&maps.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, kBP, true, "P"));
+    BFP8_TRY(encode_map(&maps.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK, (uint32_t)pl.bq, true,
                         "Q"));
-    BFP8_TRY(encode_map(&map_sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, args->a_scales.data, kblocks, sa_ld, sa_ld,
+    /* The last tile's rows, in whole 8-row swizzle groups: a smaller box when the matrix ends inside the tile. */
+    const int p_last_rows = last_box_rows(p_rows, kBP), q_last_rows = last_box_rows(q_rows, pl.bq);
+    if (p_last_rows)
+        BFP8_TRY(encode_map(&maps.p_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK,
+                            (uint32_t)p_last_rows, true, "P (last tile)"));
+    if (q_last_rows)
+        BFP8_TRY(encode_map(&maps.q_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK,
+                            (uint32_t)q_last_rows, true, "Q (last tile)"));
+    BFP8_TRY(encode_map(&maps.sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, args->a_scales.data, kblocks, sa_ld, sa_ld,
                         pl.swap ? (uint32_t)pl.bq : (uint32_t)kBP, 1, false, "activation scales"));
 
     HopperParams hp = {};
@@ -1152,12 +1218,12 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.y = args->y;
     hp.y_dtype = (int)args->y_dtype;
     hp.early_weights = bfp8_act_from_prior_kernel() && early_weights_enabled();
+    hp.p_last_rows = p_last_rows;
+    hp.q_last_rows = q_last_rows;
     hp.y_vec = (n % 8 == 0) && ((uintptr_t)args->y % 16 == 0);
     hp.y_tma = !pl.swap && pl.splits == 1 && hp.y_vec && args->y_dtype != BFP8_DTYPE_F32 && tma_store_enabled();
-    CUtensorMap map_y;
-    memset(&map_y, 0, sizeof map_y); /* unused unless y_tma */
     if (hp.y_tma)
-        BFP8_TRY(encode_map(&map_y, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, args->y, m, n, n, 64, 64, true, "Y"));
+        BFP8_TRY(encode_map(&maps.y, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, args->y, m, n, n, 64, 64, true, "Y"));
 
     cudaStream_t stream = (cudaStream_t)args->stream;
     void *trace_d = nullptr;
@@ -1176,15 +1242,15 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         BFP8_TRY(bfp8_cuda_malloc_async(&ws, bytes, args->stream));
         hp.workspace = (float *)ws;
     }
-    cudaError_t e = launch_planned(pl, map_p, map_q, map_sa, map_y, hp, stream);
+    cudaError_t e = launch_planned(pl, maps, hp, stream);
     if (log_plans()) {
         char line[160];
         describe_plan(pl, line, sizeof line);
         fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s\n", (long long)m, (long long)n, (long long)k, line);
     }
     if (e == cudaSuccess && pl.splits > 1) {
-        /* Columns (weight rows, swapped) of whole tiles are final already; the reduce covers the rest. */
-        const int64_t n0 = pl.swap ? (int64_t)pl.whole_units * kBP : 0, count = m * (n - n0);
+        /* The output columns of whole tiles are final already; the reduce covers the rest. */
+        const int64_t n0 = whole_columns(pl), count = m * (n - n0);
         const int vec = (n % 4 == 0) && ((uintptr_t)args->y % 16 == 0);
         int64_t blocks = ((vec ? count / 4 : count) + 255) / 256;
         if (blocks > 8 * (int64_t)sms) blocks = 8 * (int64_t)sms;
@@ -1222,12 +1288,17 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
 /* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run table): every M <= 16 cell;
  * M <= 32 with K >= 1536; M <= 64 with K >= 7168; and above M = 64, with K <= 7168, where the normal path's
  * 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with N=2112: few tiles,
- * which cuBLASLt's fixed tiling leaves on idle SMs). Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks
- * below it and serves only what cuBLASLt declines. */
+ * which cuBLASLt's fixed tiling leaves on idle SMs); and M = 65..128 where the normal path splits only its last
+ * wave's tiles (36864x7168 at M=100 / 128: 1.06x / 1.05x). Elsewhere cuBLASLt (priority 30) is faster, so hopper
+ * ranks below it and serves only what cuBLASLt declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     if (p->m <= 16 || (p->m <= 32 && p->k >= 1536) || (p->m <= 64 && p->k >= 7168)) return 35;
     if (p->m > 64 && p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
+    if (p->m > 64 && p->m <= 128) {
+        const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
+        if (!pl.swap && pl.whole_units > 0) return 35;
+    }
     return 25;
 }
 
@@ -1270,5 +1341,5 @@ extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, c
 extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms) { return hopper_run(args, sms); }
 
 extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
-    describe_plan(make_plan(m, n, k, sms), out, size);
+    describe_plan(make_plan(m, n, k, sms, env_knobs()), out, size);
 }
