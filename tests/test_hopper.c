@@ -59,14 +59,15 @@ static void test_caps(const bfp8_backend *b) {
     CHECK(b->gemm != NULL, "gemm hook");
     CHECK(b->caps.device == BFP8_DEVICE_CUDA && b->caps.min_arch == 90 && b->caps.max_arch == 90, "device/arch");
     /* Ranks above cublaslt (30) only where it was measured faster: M <= 16, M <= 32 with K >= 1536, M <= 64 with
-     * K >= 7168, and M > 64 with K <= 7168 where ceil(M/128) * ceil(N/64) <= 132; each rule tested at its
-     * edges. */
+     * K >= 7168, and M > 32 (the normal path) with K <= 7168 where ceil(M/128) * ceil(N/64) <= 132; each rule
+     * tested at its edges. */
     CHECK(b->caps.priority == 25 && b->priority_for, "priority %d", b->caps.priority);
     if (b->priority_for) {
         bfp8_problem r = {.device = BFP8_DEVICE_CUDA, .arch = 90, .out_dtype = BFP8_DTYPE_BF16};
         const int64_t cases[][4] = {{1, 128, 16, 35},    {16, 32768, 512, 35},  {17, 32768, 512, 25},
-                                    {32, 7168, 1536, 35}, {32, 7168, 1535, 25}, {33, 7168, 1536, 25},
-                                    {64, 7168, 7168, 35}, {64, 7168, 7167, 25},  {65, 7168, 7168, 35},
+                                    {32, 7168, 1536, 35}, {32, 7168, 1535, 25}, {32, 8448, 1024, 25},
+                                    {33, 8448, 1024, 35}, {33, 8449, 1024, 25}, {64, 8449, 7168, 35},
+                                    {64, 8449, 7167, 25}, {65, 8449, 7168, 25}, {65, 7168, 7168, 35},
                                     {65, 8448, 7168, 35}, {65, 8449, 7168, 25},  {128, 7168, 7169, 25},
                                     {129, 4224, 2048, 35}, {129, 4225, 2048, 25}, {4096, 7168, 16384, 25}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -400,7 +401,7 @@ static void small_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, b
 }
 
 static void test_small(const bfp8_backend *b) {
-    /* K at its boundaries (16, the step of 16, a partial last 128-block), both paths (M <= 64 swapped). */
+    /* K at its boundaries (16, the step of 16, a partial last 128-block), both paths (M <= 32 swapped). */
     small_case(b, 1, 8, 16, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 5, 200, 16, BFP8_SCALE_FP32, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     small_case(b, 33, 130, 48, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
@@ -410,7 +411,10 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 3, 1, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 129, 129, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     for (int64_t m = 8; m <= 128; m *= 2) small_case(b, m, 256, 384, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Both sides of the switch from the swapped to the normal path (M = 64 | 65), 64-wide weight tiles there. */
+    /* Both sides of the switch from the swapped to the normal path (M = 32 | 33; the second warpgroup idles at
+     * M <= 64), and M = 65, where it does not. */
+    small_case(b, 32, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 33, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 65, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     /* Output dtypes on both paths; split-K on the normal path (few tiles, long K). */
     small_case(b, 64, 640, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
@@ -460,14 +464,19 @@ static void test_golden_plans(void) {
         const char *plan; /* the start of bfp8_hopper_plan_describe's line */
     } cases[] = {
         {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "swapped BQ=16 splits=1 "},
-        {64, 7168, 2048, "swapped BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
-        {16, 7168, 16384, "swapped BQ=16 splits=2 "}, {64, 7168, 16384, "swapped BQ=64 splits=2 "},
+        {32, 7168, 2048, "swapped BQ=32 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
+        {16, 7168, 16384, "swapped BQ=16 splits=2 "}, {32, 7168, 16384, "swapped BQ=32 splits=2 "},
         {1, 7168, 18432, "swapped BQ=8 splits=2 "},   {16, 7168, 18432, "swapped BQ=16 splits=2 "},
-        {64, 7168, 18432, "swapped BQ=64 splits=2 "}, {1, 2112, 7168, "swapped BQ=8 splits=7 "},
-        {16, 2112, 7168, "swapped BQ=16 splits=7 "},  {64, 2112, 7168, "swapped BQ=64 splits=7 "},
+        {32, 7168, 18432, "swapped BQ=32 splits=2 "}, {1, 2112, 7168, "swapped BQ=8 splits=7 "},
+        {16, 2112, 7168, "swapped BQ=16 splits=7 "},  {32, 2112, 7168, "swapped BQ=32 splits=5 "},
         {1, 4096, 7168, "swapped BQ=8 splits=4 "},    {16, 4096, 7168, "swapped BQ=16 splits=3 "},
-        {64, 4096, 7168, "swapped BQ=64 splits=4 "},
+        {32, 4096, 7168, "swapped BQ=32 splits=3 "},
         {16, 36864, 7168, "swapped BQ=16 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        /* M = 33..64: the normal path (v8), the weight-tile width by the waves rule, split K where tiles are few */
+        {33, 7168, 2048, "normal BQ=64 splits=1 "},   {64, 7168, 16384, "normal BQ=64 splits=1 "},
+        {64, 2112, 7168, "normal BQ=64 splits=4 "},   {64, 4096, 7168, "normal BQ=64 splits=2 "},
+        {64, 32768, 512, "normal BQ=128 splits=1 "},  {64, 24576, 1536, "normal BQ=64 splits=1 "},
+        {64, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
         {128, 7168, 16384, "normal BQ=64 splits=1 "}, {4096, 7168, 16384, "normal BQ=128 splits=1 "},
         {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
         /* test_linear's last-wave split with two P tiles: the whole tiles are rounded down to full columns */

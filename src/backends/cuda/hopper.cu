@@ -5,7 +5,7 @@
  * The kernel computes a 128 x BQ tile of a product P * Q^T where P and Q are both K-major e4m3 matrices:
  *  - normal: P = A (activations, 128 rows a tile), Q = B (weights, BQ = 64 or 128 rows a tile: the narrower
  *    tile doubles the tiles to spread over the SMs when there are few);
- *  - swapped (decode, M <= 64; up to 128 when forced): P = B (weights) and Q = A (tokens, BQ = M rounded up to
+ *  - swapped (decode, M <= 32; up to 128 when forced): P = B (weights) and Q = A (tokens, BQ = M rounded up to
  *    8..128), so the weight rows fill wgmma's M dimension and a one-token GEMM does not waste 63/64 of every
  *    instruction.
  * Either way a tile's weight rows (128 of them swapped, 64 or 128 aligned ones normal) lie inside one 128-row
@@ -17,7 +17,8 @@
  * scales, run four m64nBQk32 wgmmas into a fresh fp32 partial, wait for them, release the stage on its "empty"
  * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
  * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path, and on swapped units of 12 or
- * more K blocks, two partials alternate, so block b+1's MMAs run while block b is promoted. setmaxnreg moves
+ * more K blocks, two partials alternate, so block b+1's MMAs run while block b is promoted. A consumer whose 64 rows
+ * all lie past the matrix (in a last tile of 64 rows or fewer) only passes the stages through. setmaxnreg moves
  * registers from the producer to the consumers. After changing a consumer loop, check `-Xptxas -v` (make test
  * does): when ptxas cannot prove an accumulator idle it serializes the wgmmas and says so (C7514, C7518); the
  * kernel stays correct, only slower.
@@ -444,6 +445,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int kb0 = unit.kb0, kb1 = unit.kb1;
             const int64_t p_base = (int64_t)pt * kBP + wg * 64; /* first P row of this warpgroup */
             const int64_t q_base = (int64_t)qt * BQ;
+            if (p_base >= (SWAP ? p.n : p.m)) {
+                /* All 64 of this warpgroup's rows lie past the matrix (a last tile with 64 rows or fewer): nothing
+                 * to compute or store. Its MMAs would only take tensor-core time from the other warpgroup. It
+                 * still takes each stage in turn and gives it back, which keeps the empty barriers' phases. */
+                for (int kb = kb0; kb < kb1; kb++) {
+                    mbar_wait(full0 + 8 * stage, phase);
+                    release(stage);
+                    next_stage();
+                }
+                continue;
+            }
             const int weight_block = SWAP ? pt : (qt * BQ) / 128;
             const float *sb_row = p.sb + (int64_t)weight_block * p.kblocks;
             float total[BQ / 2];
@@ -896,9 +908,11 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
 /* Normal-path tiles of an M x N output with weight tiles bq wide (make_plan and hopper_priority). */
 int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP) * bfp8_ceil_div(n, bq); }
 
-/* The tiling, from a sweep of the tilings on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5):
- *  - M <= 64: swapped, the Q tile the power of two >= M (fastest in 23 of 24 cells; the normal path's 128-row
- *    activation tile is mostly padding there);
+/* The tiling, from sweeps of the tilings on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5 and v8):
+ *  - M <= 32: swapped, the Q tile the power of two >= M (the normal path's 128-row activation tile is mostly
+ *    padding there). Up to M = 64 swapped was also the fastest in v5, but since a last tile loads only the rows
+ *    that exist (edge boxes, v7), the normal path is faster at M = 40..64 on five of the eight shapes (7168x2048
+ *    by 11-25%, 32768x512 by 6-11%, 24576x1536 by 4-8%) and within 2% on the other three (v8);
  *  - otherwise the normal path, 64-wide weight tiles when their waves cost no more than the 128-wide tiles' waves:
  *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
@@ -907,7 +921,7 @@ int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
     const TileOverride &forced = knobs.tile;
     if (forced.set && !forced.swap) return plan_tiling(false, forced.bq, m, n, k, sms, knobs);
-    if (m <= 64 || (forced.set && m <= 128)) {
+    if (m <= 32 || (forced.set && m <= 128)) {
         int bq = 8;
         while (bq < m) bq *= 2;
         if (forced.set && forced.bq) bq = forced.bq;
@@ -1286,15 +1300,15 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
 }
 
 /* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run table): every M <= 16 cell;
- * M <= 32 with K >= 1536; M <= 64 with K >= 7168; and above M = 64, with K <= 7168, where the normal path's
- * 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with N=2112: few tiles,
+ * M <= 32 with K >= 1536; M <= 64 with K >= 7168; and on the normal path (M > 32), with K <= 7168, where its
+ * 64-wide weight tiles fit one wave of the H200's 132 SMs (M=40..128 with N <= 7168, M=512 with N=2112: few tiles,
  * which cuBLASLt's fixed tiling leaves on idle SMs); and M = 65..128 where the normal path splits only its last
  * wave's tiles (36864x7168 at M=100 / 128: 1.06x / 1.05x). Elsewhere cuBLASLt (priority 30) is faster, so hopper
  * ranks below it and serves only what cuBLASLt declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     if (p->m <= 16 || (p->m <= 32 && p->k >= 1536) || (p->m <= 64 && p->k >= 7168)) return 35;
-    if (p->m > 64 && p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
+    if (p->m > 32 && p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
     if (p->m > 64 && p->m <= 128) {
         const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
         if (!pl.swap && pl.whole_units > 0) return 35;
