@@ -411,8 +411,8 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 3, 1, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 129, 129, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     for (int64_t m = 8; m <= 128; m *= 2) small_case(b, m, 256, 384, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Both sides of the switch from the swapped to the normal path (M = 32 | 33; the second warpgroup idles at
-     * M <= 64), and M = 65, where it does not. */
+    /* Both sides of the switch from the swapped to the normal path (M = 32 | 33), and of the normal path's one
+     * consumer warpgroup (M <= 64 | 65). */
     small_case(b, 32, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 33, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 65, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
