@@ -58,16 +58,14 @@ static void test_caps(const bfp8_backend *b) {
     CHECK(b && strcmp(b->name, "hopper") == 0, "backend name");
     CHECK(b->gemm != NULL, "gemm hook");
     CHECK(b->caps.device == BFP8_DEVICE_CUDA && b->caps.min_arch == 90 && b->caps.max_arch == 90, "device/arch");
-    /* Ranks above cublaslt (30) only where it was measured faster: M <= 16, M <= 32 with K >= 1536, M <= 64 with
-     * K >= 7168, and M > 32 (the normal path) with K <= 7168 where ceil(M/128) * ceil(N/64) <= 132; each rule
-     * tested at its edges. */
+    /* Ranks above cublaslt (30) only where it was measured faster: M <= 16, M <= 32 with K >= 1536, M = 33..64,
+     * and M > 64 with K <= 7168 where ceil(M/128) * ceil(N/64) <= 132; each rule tested at its edges. */
     CHECK(b->caps.priority == 25 && b->priority_for, "priority %d", b->caps.priority);
     if (b->priority_for) {
         bfp8_problem r = {.device = BFP8_DEVICE_CUDA, .arch = 90, .out_dtype = BFP8_DTYPE_BF16};
         const int64_t cases[][4] = {{1, 128, 16, 35},    {16, 32768, 512, 35},  {17, 32768, 512, 25},
-                                    {32, 7168, 1536, 35}, {32, 7168, 1535, 25}, {32, 8448, 1024, 25},
-                                    {33, 8448, 1024, 35}, {33, 8449, 1024, 25}, {64, 8449, 7168, 35},
-                                    {64, 8449, 7167, 25}, {65, 8449, 7168, 25}, {65, 7168, 7168, 35},
+                                    {32, 7168, 1536, 35}, {32, 7168, 1535, 25}, {32, 32768, 512, 25},
+                                    {33, 32768, 512, 35}, {64, 36864, 16384, 35}, {65, 32768, 512, 25},
                                     {65, 8448, 7168, 35}, {65, 8449, 7168, 25},  {128, 7168, 7169, 25},
                                     {129, 4224, 2048, 35}, {129, 4225, 2048, 25}, {4096, 7168, 16384, 25}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

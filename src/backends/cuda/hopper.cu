@@ -1298,15 +1298,16 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
 }
 
 /* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run table): every M <= 16 cell;
- * M <= 32 with K >= 1536; M <= 64 with K >= 7168; and on the normal path (M > 32), with K <= 7168, where its
- * 64-wide weight tiles fit one wave of the H200's 132 SMs (M=40..128 with N <= 7168, M=512 with N=2112: few tiles,
- * which cuBLASLt's fixed tiling leaves on idle SMs); and M = 65..128 where the normal path splits only its last
- * wave's tiles (36864x7168 at M=100 / 128: 1.06x / 1.05x). Elsewhere cuBLASLt (priority 30) is faster, so hopper
- * ranks below it and serves only what cuBLASLt declines. */
+ * M <= 32 with K >= 1536; every M = 33..64 cell (the normal path with one consumer warpgroup: 1.02-1.33x at M=64,
+ * 1.06-1.41x at M=48 on the eight shapes); above M = 64, with K <= 7168, where the normal path's 64-wide weight
+ * tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with N=2112: few tiles, which cuBLASLt's
+ * fixed tiling leaves on idle SMs); and M = 65..128 where the normal path splits only its last wave's tiles
+ * (36864x7168 at M=100 / 128: 1.06x / 1.05x). Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks below
+ * it and serves only what cuBLASLt declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
-    if (p->m <= 16 || (p->m <= 32 && p->k >= 1536) || (p->m <= 64 && p->k >= 7168)) return 35;
-    if (p->m > 32 && p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
+    if (p->m <= 16 || (p->m <= 32 && p->k >= 1536) || (p->m > 32 && p->m <= 64)) return 35;
+    if (p->m > 64 && p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
     if (p->m > 64 && p->m <= 128) {
         const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
         if (!pl.swap && pl.whole_units > 0) return 35;
