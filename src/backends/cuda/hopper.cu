@@ -100,7 +100,7 @@ struct HopperParams {
     int p_last_rows, q_last_rows;
     /* Normal path with M <= 64: the one P tile's second 64 rows lie past M, so its warpgroup would only take
      * tensor-core time from the first with MMAs on rows never stored. It exits at once, and the empty barriers count
-     * the first warpgroup's 4 warps only. M = 64 cells ran 4-17% faster than with both warpgroups (v8). */
+     * the first warpgroup's 4 warps only. M = 64 cells ran 4-15% faster than with both warpgroups (v8). */
     int one_consumer;
 };
 constexpr int kTraceSlots = 16;
@@ -908,8 +908,9 @@ int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP
 /* The tiling, from sweeps of the tilings on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5 and v8):
  *  - M <= 32: swapped, the Q tile the power of two >= M (the normal path's 128-row activation tile is mostly
  *    padding there). Up to M = 64 swapped was also the fastest in v5, but since a last tile loads only the rows
- *    that exist (edge boxes, v7), the normal path is faster at M = 40..64 on five of the eight shapes (7168x2048
- *    by 11-25%, 32768x512 by 6-11%, 24576x1536 by 4-8%) and within 2% on the other three (v8);
+ *    that exist (edge boxes, v7), the normal path is faster at M = 40..64 even with both consumers computing
+ *    (7168x2048 by 10-25%, 32768x512 by 6-11%, 24576x1536 by 3-8%, 2112x7168 by 1-5%, the other four within 2%),
+ *    and with one consumer (HopperParams::one_consumer) 4-15% faster again at M = 64 (v8);
  *  - otherwise the normal path, 64-wide weight tiles when their waves cost no more than the 128-wide tiles' waves:
  *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
