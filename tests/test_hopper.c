@@ -448,10 +448,11 @@ static void test_refusals(const bfp8_backend *b) {
     operands_free(&o);
 }
 
-/* The plans the split model picks on the H200's 132 SMs for the decode cells of the forced-split sweep, each the
- * measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6), plus last-wave splits (swapped and
- * normal) and the two normal tilings. A change of the model that moves one of these must be measured again. Host-only:
- * runs without a device; skipped when an environment variable forces a plan. */
+/* The plans the split model picks on the H200's 132 SMs: at M = 1 and 16 for the decode cells of the forced-split
+ * sweep, each the measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6); at M = 32 and
+ * 33..64 the plans whose tables are in v8 (timed as plans, their split counts not swept); last-wave splits (swapped
+ * and normal) and the two normal tilings. A change of the model that moves one of these must be measured again.
+ * Host-only: runs without a device; skipped when an environment variable forces a plan. */
 static void test_golden_plans(void) {
     if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS")) {
         printf("golden plans: skipped (a plan is forced by the environment)\n");
