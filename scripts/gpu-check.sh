@@ -1,7 +1,8 @@
 #!/bin/bash
 # The one-call GPU check: build, GPU unit tests, compute-sanitizer (memcheck + racecheck), the SASS of the CUDA
 # kernels, the cuBLASLt limits probe and the DeepSeek-R1 GEMM benchmark (`blockfp8 bench`, every CUDA backend
-# against cuBLASLt in the same run). Logs and JSON go under OUTDIR; a short summary table is printed last.
+# against cuBLASLt in the same run; cuda_generic once more with the dirty flush, for the Triton anchor). Logs and
+# JSON go under OUTDIR; a short summary table is printed last.
 #   scripts/gpu-check.sh OUTDIR
 # On a machine without cJSON installed, headers and library can be carried in build/deps/{include,lib}
 # (copies of /usr/include/cjson/cJSON.h and libcjson.so*): the script points the compiler there.
@@ -99,11 +100,17 @@ step sass sass >>"$out/build.log" 2>&1
 # The project's benchmark command (tools/bench.c): every CUDA backend, cuBLASLt as the baseline ratio.
 [ "$quick" = 1 ] || step bench timeout 300 build/blockfp8 bench --device cuda --backend all --baseline cublaslt \
     --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --json "$out/bench.json" >"$out/bench.log" 2>"$out/bench.err"
+# cuda_generic against the Triton anchor of shared/BENCHMARKS.md (issue 4) is compared with the dirty flush, the
+# slower one for us, since the anchor's flush is unknown (bench/RESULTS.md, "The L2 flush"). The comparison itself
+# needs shared/, which a GPU machine may lack: scripts/compare-anchors.py OUTDIR/bench-dirty.json, run where it is.
+[ "$quick" = 1 ] || step bench-dirty timeout 300 build/blockfp8 bench --device cuda --backend cuda_generic \
+    --baseline cublaslt --l2 dirty --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 \
+    --json "$out/bench-dirty.json" >"$out/bench-dirty.log" 2>&1
 
 # --- summary (printed last) -------------------------------------------------------------------------------------------
 echo "================ gpu-check summary ($(date -u +%FT%TZ), commit ${BFP8_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
 head -2 "$out/unit.log" | tail -1
-for s in build unit-suite test_cuda variants sanitizer sass probe bench; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
+for s in build unit-suite test_cuda variants sanitizer sass probe bench bench-dirty; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
 echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
 echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
 echo "-- test_hopper with each forced plan:"
@@ -125,6 +132,13 @@ echo "-- bench (bf16 out, median µs with the L2 flushed; ratio = cuBLASLt time 
           for (i = 1; i <= n; i++) { printf "  %s", order[i]
               for (j = 1; j <= nb; j++) printf " %10s %7s", t[order[i], bk[j]], r[order[i], bk[j]]; print "" } }' "$out/bench.log"
 grep '^# ' "$out/bench.log" 2>/dev/null | grep -E 'geomean|summary' | sed 's/^/  /'
+anchors=../shared/BENCHMARKS.md
+if [ -f "$out/bench-dirty.json" ] && [ -f "$anchors" ]; then
+    echo "-- cuda_generic vs the triton anchor (dirty flush):"
+    python3 scripts/compare-anchors.py "$out/bench-dirty.json" "$anchors" | tail -1 | sed 's/^/  /'
+elif [ -f "$out/bench-dirty.json" ]; then
+    echo "-- cuda_generic vs the triton anchor: $anchors not here; run scripts/compare-anchors.py $out/bench-dirty.json"
+fi
 # Exit status: 1 if any step that ran failed.
 for s in "${!status[@]}"; do case "${status[$s]}" in FAIL*) exit 1 ;; esac; done
 exit 0
