@@ -601,6 +601,7 @@ static void test_linear(bool small_only) {
     CHECK_OK(bfp8_dispatcher_set_policy(host, BFP8_POLICY_STRICT, "ref"));
     linear_case(dev, host, 1, 1024, 512, BFP8_SCALE_FP32, false);     /* swapped, 4-block units (one partial) */
     linear_case(dev, host, 3, 256, 8192, BFP8_SCALE_UE8M0, true);     /* swapped, split K */
+    linear_case(dev, host, 40, 1024, 1536, BFP8_SCALE_FP32, true);    /* normal, one consumer warpgroup */
     linear_case(dev, host, 100, 384, 1040, BFP8_SCALE_FP32, true);    /* normal, partial last K block */
     linear_case(dev, host, 129, 8576, 4096, BFP8_SCALE_UE8M0, true);  /* normal, last wave's tiles split */
     if (!small_only) {
