@@ -616,7 +616,7 @@ static void test_linear(bool small_only) {
 
 /* Ragged M x every DSR1 shape, sampled reference; and split-K determinism on a decode shape. */
 static void test_dsr1(const bfp8_backend *b) {
-    static const int64_t ms[] = {1, 3, 17, 100, 129, 4095};
+    static const int64_t ms[] = {1, 3, 17, 40, 64, 100, 129, 4095}; /* 40, 64: the normal path, one consumer */
     for (int s = 0; s < 8; s++) {
         const int64_t n = dsr1_shapes[s][0], k = dsr1_shapes[s][1];
         const bfp8_scale_format f = (s % 3 == 2) ? BFP8_SCALE_UE8M0 : BFP8_SCALE_FP32;
