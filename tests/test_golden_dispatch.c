@@ -9,27 +9,28 @@
 #include "backends/cuda/cuda_glue.h"
 #endif
 
-enum { NUM_M = 4 };
-static const int64_t MS[NUM_M] = {1, 16, 128, 4096};
+enum { NUM_M = 6 };
+static const int64_t MS[NUM_M] = {1, 16, 64, 128, 512, 4096}; /* the M values of the benchmark table */
 
 typedef struct golden_row {
     const char *layer;
     int64_t n, k;
-    const char *backend[NUM_M]; /* for M = 1, 16, 128, 4096 */
+    const char *backend[NUM_M]; /* for M = 1, 16, 64, 128, 512, 4096 */
 } golden_row;
 
-/* The H200 pins (bf16 and fp16 output alike). hopper leads at M=1 and M=16, and at M=128 with K <= 7168 where its
- * 64-wide weight tiles fit one wave or its last wave's tiles are split (measured faster than cuBLASLt there);
- * cuBLASLt elsewhere. */
+/* The H200 pins (bf16 and fp16 output alike), each where the pinned backend was measured faster (bench/RESULTS.md,
+ * session of 04:30-05:15): hopper at M = 1, 16 and 64 (at 64 the normal path with one consumer warpgroup,
+ * 1.02-1.33x), at M=128 with K <= 7168 where its 64-wide weight tiles fit one wave or its last wave's tiles are
+ * split, and at M=512 for q_a+kv_a (132 tiles of 64: one wave, 1.19x); cuBLASLt elsewhere. */
 static const golden_row H200_TABLE[] = {
-    {"q_a+kv_a", 2112, 7168, {"hopper", "hopper", "hopper", "cublaslt"}},
-    {"q_b", 24576, 1536, {"hopper", "hopper", "cublaslt", "cublaslt"}},
-    {"kv_b", 32768, 512, {"hopper", "hopper", "cublaslt", "cublaslt"}},
-    {"o_proj", 7168, 16384, {"hopper", "hopper", "cublaslt", "cublaslt"}},
-    {"mlp.gate_up", 36864, 7168, {"hopper", "hopper", "hopper", "cublaslt"}},
-    {"mlp.down", 7168, 18432, {"hopper", "hopper", "cublaslt", "cublaslt"}},
-    {"shared.gate_up", 4096, 7168, {"hopper", "hopper", "hopper", "cublaslt"}},
-    {"shared.down", 7168, 2048, {"hopper", "hopper", "hopper", "cublaslt"}},
+    {"q_a+kv_a", 2112, 7168, {"hopper", "hopper", "hopper", "hopper", "hopper", "cublaslt"}},
+    {"q_b", 24576, 1536, {"hopper", "hopper", "hopper", "cublaslt", "cublaslt", "cublaslt"}},
+    {"kv_b", 32768, 512, {"hopper", "hopper", "hopper", "cublaslt", "cublaslt", "cublaslt"}},
+    {"o_proj", 7168, 16384, {"hopper", "hopper", "hopper", "cublaslt", "cublaslt", "cublaslt"}},
+    {"mlp.gate_up", 36864, 7168, {"hopper", "hopper", "hopper", "hopper", "cublaslt", "cublaslt"}},
+    {"mlp.down", 7168, 18432, {"hopper", "hopper", "hopper", "cublaslt", "cublaslt", "cublaslt"}},
+    {"shared.gate_up", 4096, 7168, {"hopper", "hopper", "hopper", "hopper", "cublaslt", "cublaslt"}},
+    {"shared.down", 7168, 2048, {"hopper", "hopper", "hopper", "hopper", "cublaslt", "cublaslt"}},
 };
 enum { NUM_LAYERS = sizeof H200_TABLE / sizeof H200_TABLE[0] };
 
