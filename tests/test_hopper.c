@@ -58,14 +58,14 @@ static void test_caps(const bfp8_backend *b) {
     CHECK(b && strcmp(b->name, "hopper") == 0, "backend name");
     CHECK(b->gemm != NULL, "gemm hook");
     CHECK(b->caps.device == BFP8_DEVICE_CUDA && b->caps.min_arch == 90 && b->caps.max_arch == 90, "device/arch");
-    /* Ranks above cublaslt (30) only where it was measured faster: M <= 16, M <= 32 with K >= 1536, M = 33..64,
-     * and M > 64 with K <= 7168 where ceil(M/128) * ceil(N/64) <= 132; each rule tested at its edges. */
+    /* Ranks above cublaslt (30) only where it was measured faster: M <= 64, and M > 64 with K <= 7168 where
+     * ceil(M/128) * ceil(N/64) <= 132 or the normal path splits only its last wave; each rule tested at its edges. */
     CHECK(b->caps.priority == 25 && b->priority_for, "priority %d", b->caps.priority);
     if (b->priority_for) {
         bfp8_problem r = {.device = BFP8_DEVICE_CUDA, .arch = 90, .out_dtype = BFP8_DTYPE_BF16};
-        const int64_t cases[][4] = {{1, 128, 16, 35},    {16, 32768, 512, 35},  {17, 32768, 512, 25},
-                                    {32, 7168, 1536, 35}, {32, 7168, 1535, 25}, {32, 32768, 512, 25},
-                                    {33, 32768, 512, 35}, {64, 36864, 16384, 35}, {65, 32768, 512, 25},
+        const int64_t cases[][4] = {{1, 128, 16, 35},    {16, 32768, 512, 35},  {17, 32768, 512, 35},
+                                    {32, 7168, 1535, 35}, {64, 32768, 512, 35},  {64, 36864, 16384, 35},
+                                    {65, 32768, 512, 25},
                                     {65, 8448, 7168, 35}, {65, 8449, 7168, 25},  {128, 7168, 7169, 25},
                                     {129, 4224, 2048, 35}, {129, 4225, 2048, 25}, {4096, 7168, 16384, 25}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -399,7 +399,7 @@ static void small_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, b
 }
 
 static void test_small(const bfp8_backend *b) {
-    /* K at its boundaries (16, the step of 16, a partial last 128-block), both paths (M <= 32 swapped). */
+    /* K at its boundaries (16, the step of 16, a partial last 128-block), both paths (M <= 16 swapped). */
     small_case(b, 1, 8, 16, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 5, 200, 16, BFP8_SCALE_FP32, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     small_case(b, 33, 130, 48, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
@@ -409,10 +409,10 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 3, 1, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 129, 129, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     for (int64_t m = 8; m <= 128; m *= 2) small_case(b, m, 256, 384, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Both sides of the switch from the swapped to the normal path (M = 32 | 33), and of the normal path's one
+    /* Both sides of the switch from the swapped to the normal path (M = 16 | 17), and of the normal path's one
      * consumer warpgroup (M <= 64 | 65). */
-    small_case(b, 32, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
-    small_case(b, 33, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 16, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 17, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 65, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     /* Output dtypes on both paths; split-K on the normal path (few tiles, long K). */
     small_case(b, 64, 640, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
@@ -449,9 +449,9 @@ static void test_refusals(const bfp8_backend *b) {
 }
 
 /* The plans the split model picks on the H200's 132 SMs: at M = 1 and 16 for the decode cells of the forced-split
- * sweep, each the measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6); at M = 32 and
- * 33..64 the plans whose tables are in v8 (timed as plans, their split counts not swept); last-wave splits (swapped
- * and normal) and the two normal tilings. A change of the model that moves one of these must be measured again.
+ * sweep, each the measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6); at M = 17..64 the
+ * normal-path plans whose tables are in v8 and v9 (timed as plans, their split counts not swept); last-wave splits
+ * (swapped and normal) and the two normal tilings. A change of the model that moves one of these must be measured again.
  * Host-only: runs without a device; skipped when an environment variable forces a plan. */
 static void test_golden_plans(void) {
     if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS")) {
@@ -463,15 +463,15 @@ static void test_golden_plans(void) {
         const char *plan; /* the start of bfp8_hopper_plan_describe's line */
     } cases[] = {
         {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "swapped BQ=16 splits=1 "},
-        {32, 7168, 2048, "swapped BQ=32 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
-        {16, 7168, 16384, "swapped BQ=16 splits=2 "}, {32, 7168, 16384, "swapped BQ=32 splits=2 "},
+        {32, 7168, 2048, "normal BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
+        {16, 7168, 16384, "swapped BQ=16 splits=2 "}, {32, 7168, 16384, "normal BQ=64 splits=1 "},
         {1, 7168, 18432, "swapped BQ=8 splits=2 "},   {16, 7168, 18432, "swapped BQ=16 splits=2 "},
-        {32, 7168, 18432, "swapped BQ=32 splits=2 "}, {1, 2112, 7168, "swapped BQ=8 splits=7 "},
-        {16, 2112, 7168, "swapped BQ=16 splits=7 "},  {32, 2112, 7168, "swapped BQ=32 splits=5 "},
+        {32, 7168, 18432, "normal BQ=64 splits=1 "}, {1, 2112, 7168, "swapped BQ=8 splits=7 "},
+        {16, 2112, 7168, "swapped BQ=16 splits=7 "},  {32, 2112, 7168, "normal BQ=64 splits=4 "},
         {1, 4096, 7168, "swapped BQ=8 splits=4 "},    {16, 4096, 7168, "swapped BQ=16 splits=3 "},
-        {32, 4096, 7168, "swapped BQ=32 splits=3 "},
+        {32, 4096, 7168, "normal BQ=64 splits=2 "},
         {16, 36864, 7168, "swapped BQ=16 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
-        /* M = 33..64: the normal path (v8), the weight-tile width by the waves rule, split K where tiles are few */
+        /* M = 17..64: the normal path (v8, v9), the weight-tile width by the waves rule, split K where tiles are few */
         {33, 7168, 2048, "normal BQ=64 splits=1 "},   {64, 7168, 16384, "normal BQ=64 splits=1 "},
         {64, 2112, 7168, "normal BQ=64 splits=4 "},   {64, 4096, 7168, "normal BQ=64 splits=2 "},
         {64, 32768, 512, "normal BQ=128 splits=1 "},  {64, 24576, 1536, "normal BQ=64 splits=1 "},
@@ -605,7 +605,7 @@ static void test_linear(bool small_only) {
     linear_case(dev, host, 100, 384, 1040, BFP8_SCALE_FP32, true);    /* normal, partial last K block */
     linear_case(dev, host, 129, 8576, 4096, BFP8_SCALE_UE8M0, true);  /* normal, last wave's tiles split */
     if (!small_only) {
-        linear_case(dev, host, 17, 2048, 2048, BFP8_SCALE_FP32, true);  /* swapped, 16-block units (two partials) */
+        linear_case(dev, host, 16, 2048, 8192, BFP8_SCALE_FP32, true);  /* swapped, 13-block units (two partials) */
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */
         linear_case(dev, host, 600, 1536, 768, BFP8_SCALE_UE8M0, true); /* normal, several tiles per CTA */
         test_linear_graph(dev);
@@ -616,7 +616,8 @@ static void test_linear(bool small_only) {
 
 /* Ragged M x every DSR1 shape, sampled reference; and split-K determinism on a decode shape. */
 static void test_dsr1(const bfp8_backend *b) {
-    static const int64_t ms[] = {1, 3, 17, 40, 64, 100, 129, 4095}; /* 40, 64: the normal path, one consumer */
+    /* 1, 3, 16: swapped; 17, 40, 64: the normal path, one consumer warpgroup. */
+    static const int64_t ms[] = {1, 3, 16, 17, 40, 64, 100, 129, 4095};
     for (int s = 0; s < 8; s++) {
         const int64_t n = dsr1_shapes[s][0], k = dsr1_shapes[s][1];
         const bfp8_scale_format f = (s % 3 == 2) ? BFP8_SCALE_UE8M0 : BFP8_SCALE_FP32;

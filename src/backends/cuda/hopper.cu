@@ -5,7 +5,7 @@
  * The kernel computes a 128 x BQ tile of a product P * Q^T where P and Q are both K-major e4m3 matrices:
  *  - normal: P = A (activations, 128 rows a tile), Q = B (weights, BQ = 64 or 128 rows a tile: the narrower
  *    tile doubles the tiles to spread over the SMs when there are few);
- *  - swapped (decode, M <= 32; up to 128 when forced): P = B (weights) and Q = A (tokens, BQ = M rounded up to
+ *  - swapped (decode, M <= 16; up to 128 when forced): P = B (weights) and Q = A (tokens, BQ = M rounded up to
  *    8..128), so the weight rows fill wgmma's M dimension and a one-token GEMM does not waste 63/64 of every
  *    instruction.
  * Either way a tile's weight rows (128 of them swapped, 64 or 128 aligned ones normal) lie inside one 128-row
@@ -103,6 +103,11 @@ struct HopperParams {
      * tensor-core time from the first with MMAs on rows never stored. It exits at once, and the empty barriers count
      * the first warpgroup's 4 warps only. M = 64 cells ran 4-15% faster than with both warpgroups (v8). */
     int one_consumer;
+    /* Every weight tile is loaded by one unit only (one P tile normal, one Q tile swapped): the weight streams
+     * through the L2 once, so its loads carry the evict-first hint and do not push out lines that are used again
+     * (the activations, and whatever the caller's other kernels keep there). Measured with the L2 full of dirty
+     * lines (bench --l2 dirty): 4-9% faster on the 15-117 MB weights at M <= 128 (bench/hopper-notes.md, v9). */
+    int weight_evict_first;
 };
 constexpr int kTraceSlots = 16;
 
@@ -162,6 +167,19 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
+}
+/* The same with an L2 cache policy (createpolicy) attached to the load. */
+__device__ __forceinline__ void tma_load_2d_hint(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
+                                                 uint64_t policy) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
+                 : "memory");
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
 }
 __device__ __forceinline__ unsigned long long global_ns() {
     unsigned long long t;
@@ -287,11 +305,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             /* A unit's boxes: the smaller one for a last tile that the matrix ends inside. */
             auto p_last = [&](const Unit &unit) { return p.p_last_rows && unit.pt == p.p_tiles - 1; };
             auto q_last = [&](const Unit &unit) { return p.q_last_rows && unit.qt == p.q_tiles - 1; };
+            /* The weight's loads carry the evict-first hint where it streams through once. */
+            const uint64_t weight_policy = p.weight_evict_first ? l2_policy_evict_first() : 0;
+            auto load = [&](uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t full, bool weight) {
+                if (weight && p.weight_evict_first)
+                    tma_load_2d_hint(dst, map, c0, c1, full, weight_policy);
+                else
+                    tma_load_2d(dst, map, c0, c1, full);
+            };
             auto load_p = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
-                tma_load_2d(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full);
+                load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full, SWAP);
             };
             auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
-                tma_load_2d(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, unit.qt * BQ, full);
+                load(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, unit.qt * BQ, full, !SWAP);
             };
             /* Bytes that complete one of the unit's stages (boxes count whole, zero-filled rows included). */
             auto stage_bytes = [&](const Unit &unit) {
@@ -907,11 +933,10 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
 int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP) * bfp8_ceil_div(n, bq); }
 
 /* The tiling, from sweeps of the tilings on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5 and v8):
- *  - M <= 32: swapped, the Q tile the power of two >= M (the normal path's 128-row activation tile is mostly
- *    padding there). Up to M = 64 swapped was also the fastest in v5, but since a last tile loads only the rows
- *    that exist (edge boxes, v7), the normal path is faster at M = 40..64 even with both consumers computing
- *    (7168x2048 by 10-25%, 32768x512 by 6-11%, 24576x1536 by 3-8%, 2112x7168 by 1-5%, the other four within 2%),
- *    and with one consumer (HopperParams::one_consumer) 4-15% faster again at M = 64 (v8);
+ *  - M <= 16: swapped, the Q tile the power of two >= M (8 or 16 tokens). Up to M = 64 swapped was the fastest in
+ *    v5, but since a last tile loads only the rows that exist (edge boxes, v7) and a normal tile with M <= 64 runs
+ *    one consumer warpgroup (HopperParams::one_consumer, v8), the normal path is faster from M = 17: at M = 17, 24
+ *    and 32 by 5-10% on seven of the eight shapes and within 1% on 36864x7168 (v9), at M = 40..64 by up to 25%;
  *  - otherwise the normal path, 64-wide weight tiles when their waves cost no more than the 128-wide tiles' waves:
  *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
@@ -920,7 +945,7 @@ int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
     const TileOverride &forced = knobs.tile;
     if (forced.set && !forced.swap) return plan_tiling(false, forced.bq, m, n, k, sms, knobs);
-    if (m <= 32 || (forced.set && m <= 128)) {
+    if (m <= 16 || (forced.set && m <= 128)) {
         int bq = 8;
         while (bq < m) bq *= 2;
         if (forced.set && forced.bq) bq = forced.bq;
@@ -1086,6 +1111,13 @@ int last_box_rows(int64_t rows, int tile) {
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* BFP8_HOPPER_EVICT_FIRST=0 loads a weight that streams through once without the L2 evict-first hint
+ * (HopperParams::weight_evict_first), for side-by-side measurement. Read once. */
+bool evict_first_enabled(void) {
+    static const bool on = !env_is_zero("BFP8_HOPPER_EVICT_FIRST");
+    return on;
+}
+
 /* BFP8_HOPPER_EARLY_WEIGHTS=0 launches after the activation quantization has finished even inside bfp8_linear, for
  * side-by-side measurement. Read once. */
 bool early_weights_enabled(void) {
@@ -1234,6 +1266,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.p_last_rows = p_last_rows;
     hp.q_last_rows = q_last_rows;
     hp.one_consumer = !pl.swap && m <= 64;
+    hp.weight_evict_first = (pl.swap ? pl.q_tiles : pl.p_tiles) == 1 && evict_first_enabled();
     hp.y_vec = (n % 8 == 0) && ((uintptr_t)args->y % 16 == 0);
     hp.y_tma = !pl.swap && pl.splits == 1 && hp.y_vec && args->y_dtype != BFP8_DTYPE_F32 && tma_store_enabled();
     if (hp.y_tma)
@@ -1299,16 +1332,16 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
     return hopper_run(args, info.num_sms);
 }
 
-/* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run table): every M <= 16 cell;
- * M <= 32 with K >= 1536; every M = 33..64 cell (the normal path with one consumer warpgroup: 1.02-1.33x at M=64,
- * 1.06-1.41x at M=48 on the eight shapes); above M = 64, with K <= 7168, where the normal path's 64-wide weight
+/* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run tables): every M <= 64 cell
+ * (1.07-1.98x at M = 1 and 16; the normal path with one consumer warpgroup: 1.01-1.80x at M = 17, 24, 32 and
+ * 1.02-1.33x at M = 64 on the eight shapes, the closest 32768x512 at M = 32); above M = 64, with K <= 7168, where the normal path's 64-wide weight
  * tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with N=2112: few tiles, which cuBLASLt's
  * fixed tiling leaves on idle SMs); and M = 65..128 where the normal path splits only its last wave's tiles
  * (36864x7168 at M=100 / 128: 1.06x / 1.05x). Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks below
  * it and serves only what cuBLASLt declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
-    if (p->m <= 16 || (p->m <= 32 && p->k >= 1536) || (p->m > 32 && p->m <= 64)) return 35;
+    if (p->m <= 64) return 35;
     if (p->m > 64 && p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
     if (p->m > 64 && p->m <= 128) {
         const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
