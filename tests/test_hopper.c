@@ -399,7 +399,7 @@ static void small_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, b
 }
 
 static void test_small(const bfp8_backend *b) {
-    /* K at its boundaries (16, the step of 16, a partial last 128-block), both paths (M <= 16 swapped). */
+    /* K at its boundaries (16, the step of 16, a partial last 128-block), both paths (M <= 8 swapped). */
     small_case(b, 1, 8, 16, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 5, 200, 16, BFP8_SCALE_FP32, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     small_case(b, 33, 130, 48, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
@@ -409,10 +409,10 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 3, 1, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 129, 129, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     for (int64_t m = 8; m <= 128; m *= 2) small_case(b, m, 256, 384, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Both sides of the switch from the swapped to the normal path (M = 16 | 17), and of the normal path's one
+    /* Both sides of the switch from the swapped to the normal path (M = 8 | 9), and of the normal path's one
      * consumer warpgroup (M <= 64 | 65). */
-    small_case(b, 16, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
-    small_case(b, 17, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 8, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 9, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 65, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     /* Output dtypes on both paths; split-K on the normal path (few tiles, long K). */
     small_case(b, 64, 640, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
@@ -448,11 +448,11 @@ static void test_refusals(const bfp8_backend *b) {
     operands_free(&o);
 }
 
-/* The plans the split model picks on the H200's 132 SMs: at M = 1 and 16 for the decode cells of the forced-split
- * sweep, each the measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6); at M = 17..64 the
+/* The plans the split model picks on the H200's 132 SMs: at M = 1 for the decode cells of the forced-split sweep,
+ * each the measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6); at M = 16..64 the
  * normal-path plans whose tables are in v8 and v9 (timed as plans, their split counts not swept); last-wave splits
- * (swapped and normal) and the two normal tilings. A change of the model that moves one of these must be measured again.
- * Host-only: runs without a device; skipped when an environment variable forces a plan. */
+ * (swapped and normal) and the two normal tilings. A change of the model that moves one of these must be measured
+ * again. Host-only: runs without a device; skipped when an environment variable forces a plan. */
 static void test_golden_plans(void) {
     if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS")) {
         printf("golden plans: skipped (a plan is forced by the environment)\n");
@@ -462,16 +462,17 @@ static void test_golden_plans(void) {
         int64_t m, n, k;
         const char *plan; /* the start of bfp8_hopper_plan_describe's line */
     } cases[] = {
-        {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "swapped BQ=16 splits=1 "},
+        {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "normal BQ=64 splits=1 "},
         {32, 7168, 2048, "normal BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
-        {16, 7168, 16384, "swapped BQ=16 splits=2 "}, {32, 7168, 16384, "normal BQ=64 splits=1 "},
-        {1, 7168, 18432, "swapped BQ=8 splits=2 "},   {16, 7168, 18432, "swapped BQ=16 splits=2 "},
+        {16, 7168, 16384, "normal BQ=64 splits=1 "}, {32, 7168, 16384, "normal BQ=64 splits=1 "},
+        {1, 7168, 18432, "swapped BQ=8 splits=2 "},   {16, 7168, 18432, "normal BQ=64 splits=1 "},
         {32, 7168, 18432, "normal BQ=64 splits=1 "}, {1, 2112, 7168, "swapped BQ=8 splits=7 "},
-        {16, 2112, 7168, "swapped BQ=16 splits=7 "},  {32, 2112, 7168, "normal BQ=64 splits=4 "},
-        {1, 4096, 7168, "swapped BQ=8 splits=4 "},    {16, 4096, 7168, "swapped BQ=16 splits=3 "},
+        {16, 2112, 7168, "normal BQ=64 splits=4 "},  {32, 2112, 7168, "normal BQ=64 splits=4 "},
+        {1, 4096, 7168, "swapped BQ=8 splits=4 "},    {16, 4096, 7168, "normal BQ=64 splits=2 "},
         {32, 4096, 7168, "normal BQ=64 splits=2 "},
-        {16, 36864, 7168, "swapped BQ=16 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
-        /* M = 17..64: the normal path (v8, v9), the weight-tile width by the waves rule, split K where tiles are few */
+        {8, 36864, 7168, "swapped BQ=8 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        {16, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        /* M = 33..64: the normal path (v8, v9), the weight-tile width by the waves rule, split K where tiles are few */
         {33, 7168, 2048, "normal BQ=64 splits=1 "},   {64, 7168, 16384, "normal BQ=64 splits=1 "},
         {64, 2112, 7168, "normal BQ=64 splits=4 "},   {64, 4096, 7168, "normal BQ=64 splits=2 "},
         {64, 32768, 512, "normal BQ=128 splits=1 "},  {64, 24576, 1536, "normal BQ=64 splits=1 "},
@@ -605,7 +606,7 @@ static void test_linear(bool small_only) {
     linear_case(dev, host, 100, 384, 1040, BFP8_SCALE_FP32, true);    /* normal, partial last K block */
     linear_case(dev, host, 129, 8576, 4096, BFP8_SCALE_UE8M0, true);  /* normal, last wave's tiles split */
     if (!small_only) {
-        linear_case(dev, host, 16, 2048, 8192, BFP8_SCALE_FP32, true);  /* swapped, 13-block units (two partials) */
+        linear_case(dev, host, 8, 2048, 8192, BFP8_SCALE_FP32, true);   /* swapped, 13-block units (two partials) */
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */
         linear_case(dev, host, 600, 1536, 768, BFP8_SCALE_UE8M0, true); /* normal, several tiles per CTA */
         test_linear_graph(dev);
@@ -616,8 +617,8 @@ static void test_linear(bool small_only) {
 
 /* Ragged M x every DSR1 shape, sampled reference; and split-K determinism on a decode shape. */
 static void test_dsr1(const bfp8_backend *b) {
-    /* 1, 3, 16: swapped; 17, 40, 64: the normal path, one consumer warpgroup. */
-    static const int64_t ms[] = {1, 3, 16, 17, 40, 64, 100, 129, 4095};
+    /* 1, 3, 8: swapped; 9, 17, 40, 64: the normal path, one consumer warpgroup. */
+    static const int64_t ms[] = {1, 3, 8, 9, 17, 40, 64, 100, 129, 4095};
     for (int s = 0; s < 8; s++) {
         const int64_t n = dsr1_shapes[s][0], k = dsr1_shapes[s][1];
         const bfp8_scale_format f = (s % 3 == 2) ? BFP8_SCALE_UE8M0 : BFP8_SCALE_FP32;

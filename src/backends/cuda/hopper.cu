@@ -5,7 +5,7 @@
  * The kernel computes a 128 x BQ tile of a product P * Q^T where P and Q are both K-major e4m3 matrices:
  *  - normal: P = A (activations, 128 rows a tile), Q = B (weights, BQ = 64 or 128 rows a tile: the narrower
  *    tile doubles the tiles to spread over the SMs when there are few);
- *  - swapped (decode, M <= 16; up to 128 when forced): P = B (weights) and Q = A (tokens, BQ = M rounded up to
+ *  - swapped (decode, M <= 8; up to 128 when forced): P = B (weights) and Q = A (tokens, BQ = M rounded up to
  *    8..128), so the weight rows fill wgmma's M dimension and a one-token GEMM does not waste 63/64 of every
  *    instruction.
  * Either way a tile's weight rows (128 of them swapped, 64 or 128 aligned ones normal) lie inside one 128-row
@@ -933,10 +933,12 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
 int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP) * bfp8_ceil_div(n, bq); }
 
 /* The tiling, from sweeps of the tilings on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5 and v8):
- *  - M <= 16: swapped, the Q tile the power of two >= M (8 or 16 tokens). Up to M = 64 swapped was the fastest in
- *    v5, but since a last tile loads only the rows that exist (edge boxes, v7) and a normal tile with M <= 64 runs
- *    one consumer warpgroup (HopperParams::one_consumer, v8), the normal path is faster from M = 17: at M = 17, 24
- *    and 32 by 5-10% on seven of the eight shapes and within 1% on 36864x7168 (v9), at M = 40..64 by up to 25%;
+ *  - M <= 8: swapped, with an 8-token Q tile. Up to M = 64 swapped was the fastest in v5, but since a last tile
+ *    loads only the rows that exist (edge boxes, v7) and a normal tile with M <= 64 runs one consumer warpgroup
+ *    (HopperParams::one_consumer, v8), the normal path is faster from M = 9: at M = 16 by 0-8% on all eight
+ *    shapes, at M = 17, 24 and 32 by 5-10% on seven and within 1% on 36864x7168, at M = 40..64 by up to 25%; at
+ *    M = 8 it wins on five shapes and loses on three (2112x7168, 32768x512, 7168x2048 by 2-8%), at M = 1 on most
+ *    (v9);
  *  - otherwise the normal path, 64-wide weight tiles when their waves cost no more than the 128-wide tiles' waves:
  *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
@@ -945,7 +947,7 @@ int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
     const TileOverride &forced = knobs.tile;
     if (forced.set && !forced.swap) return plan_tiling(false, forced.bq, m, n, k, sms, knobs);
-    if (m <= 16 || (forced.set && m <= 128)) {
+    if (m <= 8 || (forced.set && m <= 128)) {
         int bq = 8;
         while (bq < m) bq *= 2;
         if (forced.set && forced.bq) bq = forced.bq;
@@ -1333,8 +1335,9 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
 }
 
 /* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run tables): every M <= 64 cell
- * (1.07-1.98x at M = 1 and 16; the normal path with one consumer warpgroup: 1.01-1.80x at M = 17, 24, 32 and
- * 1.02-1.33x at M = 64 on the eight shapes, the closest 32768x512 at M = 32); above M = 64, with K <= 7168, where the normal path's 64-wide weight
+ * (swapped: 1.25-1.98x at M = 1, 1.09-1.44x at M = 8; the normal path with one consumer warpgroup: 1.08-1.35x at
+ * M = 16, 1.01-1.80x at M = 17, 24, 32, 1.02-1.33x at M = 64 on the eight shapes, the closest 32768x512 at M = 32);
+ * above M = 64, with K <= 7168, where the normal path's 64-wide weight
  * tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with N=2112: few tiles, which cuBLASLt's
  * fixed tiling leaves on idle SMs); and M = 65..128 where the normal path splits only its last wave's tiles
  * (36864x7168 at M=100 / 128: 1.06x / 1.05x). Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks below
