@@ -19,9 +19,10 @@ typedef struct golden_row {
 } golden_row;
 
 /* The H200 pins (bf16 and fp16 output alike), each where the pinned backend was measured faster (bench/RESULTS.md,
- * session of 04:30-05:15): hopper at M = 1, 16 and 64 (at 64 the normal path with one consumer warpgroup,
- * 1.02-1.33x), at M=128 with K <= 7168 where its 64-wide weight tiles fit one wave or its last wave's tiles are
- * split, and at M=512 for q_a+kv_a (132 tiles of 64: one wave, 1.19x); cuBLASLt elsewhere. */
+ * sessions of 04:30-05:15 and 05:30-06:10): hopper at M = 1, 16 and 64 (at 16 and 64 the normal path with one
+ * consumer warpgroup, 1.11-1.40x and 1.04-1.32x), at M=128 with K <= 7168 where its 64-wide weight tiles fit one
+ * wave or its last wave's tiles are split, and at M=512 for q_a+kv_a (132 tiles of 64: one wave, 1.18x);
+ * cuBLASLt elsewhere. */
 static const golden_row H200_TABLE[] = {
     {"q_a+kv_a", 2112, 7168, {"hopper", "hopper", "hopper", "hopper", "hopper", "cublaslt"}},
     {"q_b", 24576, 1536, {"hopper", "hopper", "hopper", "cublaslt", "cublaslt", "cublaslt"}},
