@@ -106,7 +106,8 @@ struct HopperParams {
     /* Every weight tile is loaded by one unit only (one P tile normal, one Q tile swapped): the weight streams
      * through the L2 once, so its loads carry the evict-first hint and do not push out lines that are used again
      * (the activations, and whatever the caller's other kernels keep there). Measured with the L2 full of dirty
-     * lines (bench --l2 dirty): 4-9% faster on the 15-117 MB weights at M <= 128 (bench/hopper-notes.md, v9). */
+     * lines (bench --l2 dirty) at M <= 128: 3.6% faster in geomean, up to 11% on the 29-117 MB weights, ~2% slower
+     * on the 15 MB one; neutral with a clean L2 (bench/hopper-notes.md, v9). */
     int weight_evict_first;
 };
 constexpr int kTraceSlots = 16;
@@ -1335,18 +1336,17 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
 }
 
 /* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run tables): every M <= 64 cell
- * (swapped: 1.25-1.98x at M = 1, 1.09-1.44x at M = 8; the normal path with one consumer warpgroup: 1.08-1.35x at
+ * (swapped: 1.25-1.99x at M = 1, 1.09-1.45x at M = 8; the normal path with one consumer warpgroup: 1.11-1.40x at
  * M = 16, 1.01-1.80x at M = 17, 24, 32, 1.02-1.33x at M = 64 on the eight shapes, the closest 32768x512 at M = 32);
- * above M = 64, with K <= 7168, where the normal path's 64-wide weight
- * tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with N=2112: few tiles, which cuBLASLt's
- * fixed tiling leaves on idle SMs); and M = 65..128 where the normal path splits only its last wave's tiles
- * (36864x7168 at M=100 / 128: 1.06x / 1.05x). Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks below
- * it and serves only what cuBLASLt declines. */
+ * above M = 64, with K <= 7168, where the normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs
+ * (M=128 with N <= 7168, M=512 with N=2112: few tiles, which cuBLASLt's fixed tiling leaves on idle SMs); and
+ * M = 65..128 where the normal path splits only its last wave's tiles (36864x7168 at M=100 / 128: 1.06x / 1.05x).
+ * Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks below it and serves only what cuBLASLt declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     if (p->m <= 64) return 35;
-    if (p->m > 64 && p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
-    if (p->m > 64 && p->m <= 128) {
+    if (p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
+    if (p->m <= 128) {
         const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
         if (!pl.swap && pl.whole_units > 0) return 35;
     }
