@@ -58,14 +58,15 @@ static void test_caps(const bfp8_backend *b) {
     CHECK(b && strcmp(b->name, "hopper") == 0, "backend name");
     CHECK(b->gemm != NULL, "gemm hook");
     CHECK(b->caps.device == BFP8_DEVICE_CUDA && b->caps.min_arch == 90 && b->caps.max_arch == 90, "device/arch");
-    /* Ranks above cublaslt (30) only where it was measured faster: M <= 64, and M > 64 with K <= 7168 where
-     * ceil(M/128) * ceil(N/64) <= 132 or the normal path splits only its last wave; each rule tested at its edges. */
+    /* Ranks above cublaslt (30) only where it was measured faster: M <= 64; M > 64 with K <= 7168 where
+     * ceil(M/128) * ceil(N/64) <= 132; M = 65..128 where the normal path splits only its last wave's tiles. Each
+     * rule tested at its edges. */
     CHECK(b->caps.priority == 25 && b->priority_for, "priority %d", b->caps.priority);
     if (b->priority_for) {
         bfp8_problem r = {.device = BFP8_DEVICE_CUDA, .arch = 90, .out_dtype = BFP8_DTYPE_BF16};
         const int64_t cases[][4] = {{1, 128, 16, 35},    {16, 32768, 512, 35},  {17, 32768, 512, 35},
                                     {32, 7168, 1535, 35}, {64, 32768, 512, 35},  {64, 36864, 16384, 35},
-                                    {65, 32768, 512, 25},
+                                    {65, 32768, 512, 25},  {128, 36864, 7168, 35}, {129, 36864, 7168, 25},
                                     {65, 8448, 7168, 35}, {65, 8449, 7168, 25},  {128, 7168, 7169, 25},
                                     {129, 4224, 2048, 35}, {129, 4225, 2048, 25}, {4096, 7168, 16384, 25}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -405,7 +406,8 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 33, 130, 48, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 130, 300, 144, BFP8_SCALE_FP32, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 257, 384, 1040, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F16);
-    /* N at its boundaries: 1, 8, 129; M just past one Q tile and every swapped tile width. */
+    /* N at its boundaries: 1, 8, 129; M just past one tile; M = 8 swapped and 16..128 normal (wider swapped tiles
+     * run under gpu-check's BFP8_HOPPER_TILE=swap). */
     small_case(b, 3, 1, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 129, 129, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     for (int64_t m = 8; m <= 128; m *= 2) small_case(b, m, 256, 384, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
@@ -462,6 +464,7 @@ static void test_golden_plans(void) {
         int64_t m, n, k;
         const char *plan; /* the start of bfp8_hopper_plan_describe's line */
     } cases[] = {
+        /* M = 1 and 8: swapped (split counts swept in v6); M = 16 and 32: the normal path (v9) */
         {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "normal BQ=64 splits=1 "},
         {32, 7168, 2048, "normal BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
         {16, 7168, 16384, "normal BQ=64 splits=1 "}, {32, 7168, 16384, "normal BQ=64 splits=1 "},

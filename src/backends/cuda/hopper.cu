@@ -103,11 +103,11 @@ struct HopperParams {
      * tensor-core time from the first with MMAs on rows never stored. It exits at once, and the empty barriers count
      * the first warpgroup's 4 warps only. M = 64 cells ran 4-15% faster than with both warpgroups (v8). */
     int one_consumer;
-    /* Every weight tile is loaded by one unit only (one P tile normal, one Q tile swapped): the weight streams
-     * through the L2 once, so its loads carry the evict-first hint and do not push out lines that are used again
-     * (the activations, and whatever the caller's other kernels keep there). Measured with the L2 full of dirty
-     * lines (bench --l2 dirty) at M <= 128: 3.6% faster in geomean, up to 11% on the 29-117 MB weights, ~2% slower
-     * on the 15 MB one; neutral with a clean L2 (bench/hopper-notes.md, v9). */
+    /* One P tile (normal) or one Q tile (swapped): each weight byte is loaded once, the weight streams through
+     * the L2 once, so its loads carry the evict-first hint and do not push out lines that are used again (the
+     * activations, and whatever the caller's other kernels keep there). Measured with the L2 full of dirty lines
+     * (bench --l2 dirty) at M <= 128: 3.6% faster in geomean, up to 11% on the 29-132 MB weights, 2-7% slower on
+     * the 15-17 MB ones (2112x7168, 32768x512 at M=16); neutral with a clean L2 (bench/hopper-notes.md, v9). */
     int weight_evict_first;
 };
 constexpr int kTraceSlots = 16;
@@ -861,6 +861,10 @@ struct SplitModel {
     static double reduce_time(int splits, double outputs) { return (double)splits * outputs * 8.0 / 4.0e12 + 3.0e-6; }
 };
 
+/* Tiles of the activation operand (P normal, Q swapped): 1 when one tile covers M, and then every weight tile is
+ * loaded by the units of one tile only. */
+int activation_tiles(const Plan &pl) { return pl.swap ? pl.q_tiles : pl.p_tiles; }
+
 Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
     Plan pl = {};
     pl.swap = swap;
@@ -906,7 +910,7 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
      * cover a prefix of the output's columns, which is what the reduce skips: swapped with one Q tile, or normal with
      * all P tiles in one rasterization group (decode_unit numbers them P tile fastest; the whole tiles are rounded down
      * to full columns). */
-    const int across = pl.swap ? pl.q_tiles : pl.p_tiles; /* tiles that share a column range of the output */
+    const int across = activation_tiles(pl); /* tiles that share a column range of the output */
     if (across <= (pl.swap ? 1 : kGroupP) && tiles > sms && tiles % sms != 0 && kblocks >= 32 &&
         knobs.hybrid != 0 && !knobs.splits) {
         const int64_t whole = tiles / sms * sms / across * across, tail = tiles - whole;
@@ -933,13 +937,13 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
 /* Normal-path tiles of an M x N output with weight tiles bq wide (make_plan and hopper_priority). */
 int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP) * bfp8_ceil_div(n, bq); }
 
-/* The tiling, from sweeps of the tilings on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5 and v8):
+/* The tiling, from sweeps of the tilings on the DeepSeek-R1 table (H200, bench/hopper-notes.md, v5, v8 and v9):
  *  - M <= 8: swapped, with an 8-token Q tile. Up to M = 64 swapped was the fastest in v5, but since a last tile
  *    loads only the rows that exist (edge boxes, v7) and a normal tile with M <= 64 runs one consumer warpgroup
  *    (HopperParams::one_consumer, v8), the normal path is faster from M = 9: at M = 16 by 0-8% on all eight
- *    shapes, at M = 17, 24 and 32 by 5-10% on seven and within 1% on 36864x7168, at M = 40..64 by up to 25%; at
- *    M = 8 it wins on five shapes and loses on three (2112x7168, 32768x512, 7168x2048 by 2-8%), at M = 1 on most
- *    (v9);
+ *    shapes, at M = 17, 24 and 32 by 3-14% on seven and 1-3% on 36864x7168, at M = 40..64 by up to 25%; at M = 8
+ *    it wins on five shapes and loses on three (2112x7168, 32768x512, 7168x2048 by 2-8%); at M = 1 it loses on
+ *    most (v9);
  *  - otherwise the normal path, 64-wide weight tiles when their waves cost no more than the 128-wide tiles' waves:
  *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
@@ -1269,7 +1273,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.p_last_rows = p_last_rows;
     hp.q_last_rows = q_last_rows;
     hp.one_consumer = !pl.swap && m <= 64;
-    hp.weight_evict_first = (pl.swap ? pl.q_tiles : pl.p_tiles) == 1 && evict_first_enabled();
+    hp.weight_evict_first = activation_tiles(pl) == 1 && evict_first_enabled();
     hp.y_vec = (n % 8 == 0) && ((uintptr_t)args->y % 16 == 0);
     hp.y_tma = !pl.swap && pl.splits == 1 && hp.y_vec && args->y_dtype != BFP8_DTYPE_F32 && tma_store_enabled();
     if (hp.y_tma)
@@ -1336,8 +1340,8 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
 }
 
 /* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run tables): every M <= 64 cell
- * (swapped: 1.25-1.99x at M = 1, 1.09-1.45x at M = 8; the normal path with one consumer warpgroup: 1.11-1.40x at
- * M = 16, 1.01-1.80x at M = 17, 24, 32, 1.02-1.33x at M = 64 on the eight shapes, the closest 32768x512 at M = 32);
+ * (swapped: 1.25-1.92x at M = 1, 1.10-1.45x at M = 8; the normal path with one consumer warpgroup: 1.11-1.40x at
+ * M = 16, 1.01-1.80x at M = 17, 24, 32, 1.04-1.32x at M = 64 on the eight shapes, the closest 32768x512 at M = 32);
  * above M = 64, with K <= 7168, where the normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs
  * (M=128 with N <= 7168, M=512 with N=2112: few tiles, which cuBLASLt's fixed tiling leaves on idle SMs); and
  * M = 65..128 where the normal path splits only its last wave's tiles (36864x7168 at M=100 / 128: 1.06x / 1.05x).
