@@ -16,8 +16,7 @@
 #ifdef BFP8_WITH_CUDA
 #include <cuda_runtime.h> /* streams and graphs, for the capture test */
 
-const bfp8_backend *bfp8_hopper_backend(void);
-void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size);
+#include "backends/cuda/cuda_glue.h" /* bfp8_hopper_backend, bfp8_hopper_plan_describe */
 
 static const int64_t dsr1_shapes[8][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
                                           {36864, 7168}, {7168, 18432}, {4096, 7168}, {7168, 2048}};

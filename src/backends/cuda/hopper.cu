@@ -56,13 +56,8 @@
 #include "fp8_math.cuh"
 #include "hopper_wgmma.cuh"
 extern "C" {
-#include "cuda_glue.h"
+#include "cuda_glue.h" /* declares this file's extern "C" entry points */
 }
-
-extern "C" const bfp8_backend *bfp8_hopper_backend(void);
-extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size);
-extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms);
-extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size);
 
 namespace {
 
