@@ -51,6 +51,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 
 #include "blockfp8.h"
 #include "fp8_math.cuh"
@@ -104,6 +105,13 @@ struct HopperParams {
      * (bench --l2 dirty) at M <= 128: 3.6% faster in geomean, up to 11% on the 29-132 MB weights, 2-7% slower on
      * the 15-17 MB ones (2112x7168, 32768x512 at M=16); neutral with a clean L2 (bench/hopper-notes.md, v9). */
     int weight_evict_first;
+    /* CLUSTER kernels (2-CTA clusters): the two CTAs of a cluster run units of the same K range whose tiles share
+     * one operand, and each loads half of that shared tile with TMA multicast into both CTAs, so each CTA reads
+     * 3/4 of the bytes a block it would alone (the normal path at M >= 128 is bound by bytes out of the L2,
+     * bench/hopper-notes.md v9). pair_q = 2: adjacent Q tiles sharing the P tile (activations); pair_p = 2:
+     * adjacent P tiles sharing the Q tile (weights). Both 1 in the other kernels. The shared tile is always whole
+     * (no last-tile box: the plan requires the shared operand's rows to be a multiple of the tile). */
+    int pair_p, pair_q;
 };
 constexpr int kTraceSlots = 16;
 
@@ -114,6 +122,12 @@ struct TensorMaps {
     CUtensorMap sa;             /* activation scales, one K block of a tile's rows */
     CUtensorMap y;              /* the output for the TMA-store epilogue (unused unless y_tma) */
 };
+/* The CLUSTER kernels' maps: one more, the shared operand with a box of half its tile's rows. A type of their own
+ * keeps the other kernels' parameters where they were. */
+struct ClusterTensorMaps : TensorMaps {
+    CUtensorMap half;
+};
+template <bool CLUSTER> using KernelMaps = typename std::conditional<CLUSTER, ClusterTensorMaps, TensorMaps>::type;
 /* The stamps cost the normal path ~3.5% even when off (a live pointer through the consumer loop; measured on the
  * H200, bench/hopper-notes.md v6), so they are compiled only into diagnostic builds: make HOPPER_TRACE=1. */
 #ifndef BFP8_HOPPER_TRACE
@@ -172,6 +186,44 @@ __device__ __forceinline__ void tma_load_2d_hint(uint32_t dst, const CUtensorMap
                  ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
                  : "memory");
 }
+/* Multicast TMA load (2-CTA clusters): the box lands at the same shared-memory offset in every CTA of the cluster
+ * named by `mask`, and completes transaction bytes on the mbarrier at the same offset in each of them. */
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                                      uint32_t bar, uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* Every thread of both CTAs of the cluster (an execution barrier with release/acquire at cluster scope). */
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* The same without the release (no MEMBAR.GPU): after fence.mbarrier_init, which publishes the barriers. */
+__device__ __forceinline__ void cluster_sync_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;\n" ::: "memory");
+}
+/* The shared::cluster address of the object at shared::cta address `addr` in the cluster's CTA `rank`. */
+__device__ __forceinline__ uint32_t cluster_peer_addr(uint32_t addr, uint32_t rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    return remote;
+}
+/* Arrival on an mbarrier of the other CTA of the cluster (address from cluster_peer_addr). Default semantics
+ * (release at CTA scope), as for a local arrival: what it publishes is that this CTA's wgmmas have finished reading
+ * a stage (wgmma.wait_group returned), and the other CTA answers only with TMA writes into that stage. The
+ * .release.cluster form compiles to MEMBAR.ALL.GPU plus error barriers before every arrival, in the main loop. */
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+/* The half-tile map of a CLUSTER kernel's maps (none in the others'). */
+__device__ __forceinline__ const CUtensorMap *half_map(const TensorMaps &) { return nullptr; }
+__device__ __forceinline__ const CUtensorMap *half_map(const ClusterTensorMaps &maps) { return &maps.half; }
 __device__ __forceinline__ uint64_t l2_policy_evict_first() {
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
@@ -227,35 +279,47 @@ struct Unit {
     int pt, qt, split, kb0, kb1;
     bool partial;
 };
-__device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u) {
+/* CLUSTER: units are numbered over the grid of tile pairs (p_tiles / pair_p x q_tiles / pair_q), both CTAs of a
+ * cluster decode the same unit, and `rank` picks the CTA's tile of the pair. */
+template <bool CLUSTER> __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u, int rank) {
+    /* The tile counts, written out where used (locals for them changed the other kernels' instruction schedule). */
+#define BFP8_P_COUNT (CLUSTER ? p.p_tiles / p.pair_p : p.p_tiles)
+#define BFP8_Q_COUNT (CLUSTER ? p.q_tiles / p.pair_q : p.q_tiles)
     Unit w;
     int t;
     if (u < p.whole_units) {
         t = u;
         w.split = 0, w.kb0 = 0, w.kb1 = p.kblocks, w.partial = false;
     } else {
-        const int v = u - p.whole_units, tail = p.p_tiles * p.q_tiles - p.whole_units;
+        const int v = u - p.whole_units, tail = BFP8_P_COUNT * BFP8_Q_COUNT - p.whole_units;
         w.split = v / tail;
         t = p.whole_units + (v - w.split * tail);
         w.kb0 = w.split * p.kb_per_split;
         w.kb1 = min(p.kblocks, w.kb0 + p.kb_per_split);
         w.partial = p.splits > 1;
     }
-    const int group_size = kGroupP * p.q_tiles;
+    const int group_size = kGroupP * BFP8_Q_COUNT;
     const int g = t / group_size;
     const int first_p = g * kGroupP;
-    const int rows_in_group = min(kGroupP, p.p_tiles - first_p);
+    const int rows_in_group = min(kGroupP, BFP8_P_COUNT - first_p);
+#undef BFP8_P_COUNT
+#undef BFP8_Q_COUNT
     const int r = t - g * group_size;
     w.pt = first_p + r % rows_in_group;
     w.qt = r / rows_in_group;
+    if (CLUSTER) {
+        w.pt = w.pt * p.pair_p + (p.pair_p == 2 ? rank : 0);
+        w.qt = w.qt * p.pair_q + (p.pair_q == 2 ? rank : 0);
+    }
     return w;
 }
 #endif
 
-template <int BQ, bool SWAP>
+template <int BQ, bool SWAP, bool CLUSTER>
 __global__ void __launch_bounds__(kThreads, 1)
-    hopper_gemm_kernel(const __grid_constant__ TensorMaps maps, const HopperParams p) {
+    hopper_gemm_kernel(const __grid_constant__ KernelMaps<CLUSTER> maps, const HopperParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(!CLUSTER || !SWAP, "2-CTA clusters run the normal path only");
     using C = Config<BQ, SWAP>;
     constexpr int kStages = C::kStages;
     constexpr int kScaleRows = SWAP ? BQ : kBP; /* activation scales per K block of a tile */
@@ -273,19 +337,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* A split-K reduce launched after this grid may start its launch now (it waits for this grid's completion). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int warpgroup = threadIdx.x / 128;
+    /* The units this CTA walks: from the block index in steps of the grid, or with clusters from the cluster index
+     * in steps of the cluster count (both CTAs of a cluster walk the same units, and rank picks each one's tile of
+     * a unit's pair). Written out where used: helpers for them changed the other kernels' instruction schedule. */
+    const int rank = CLUSTER ? (int)cluster_ctarank() : 0;
     unsigned long long *trace = kTraceBuild && p.trace ? p.trace + (size_t)blockIdx.x * kTraceSlots : nullptr;
     if (trace && threadIdx.x == 0) trace[0] = global_ns();
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
             mbar_init(full0 + 8 * s, 1);
             /* One arrival per consumer warp: 256 per-thread arrivals on one barrier per K block cost shared-memory
-             * atomics for nothing. */
-            mbar_init(empty0 + 8 * s, p.one_consumer ? 4 : 8);
+             * atomics for nothing. With clusters, the consumer warps of both CTAs: this CTA's producer refills
+             * its half of the shared tile in both. */
+            mbar_init(empty0 + 8 * s, (p.one_consumer ? 4 : 8) * (CLUSTER ? 2 : 1));
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
-    __syncthreads();
+    if (CLUSTER)
+        cluster_sync_relaxed(); /* the other CTA's barriers exist before anything arrives on them or loads into it */
+    else
+        __syncthreads();
 
     if (warpgroup == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
@@ -309,11 +381,25 @@ __global__ void __launch_bounds__(kThreads, 1)
                 else
                     tma_load_2d(dst, map, c0, c1, full);
             };
+            /* With clusters, this CTA loads half of the shared tile (the same tile in both CTAs) into both CTAs, and
+             * the other CTA the other half. */
+            auto load_half = [&](uint32_t dst, int tile_rows, int tile_row0, uint32_t full, int kb) {
+                const int half = tile_rows / 2;
+                tma_load_2d_multicast(dst + rank * half * kBK, half_map(maps), kb * kBK, tile_row0 + rank * half,
+                                      full, 0x3);
+            };
             auto load_p = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
-                load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full, SWAP);
+                if (CLUSTER && p.pair_q == 2)
+                    load_half(tile, kBP, unit.pt * kBP, full, kb);
+                else
+                    load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full, SWAP);
             };
             auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
-                load(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, unit.qt * BQ, full, !SWAP);
+                if (CLUSTER && p.pair_p == 2)
+                    load_half(tile + C::kPBytes, BQ, unit.qt * BQ, full, kb);
+                else
+                    load(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, unit.qt * BQ, full,
+                         !SWAP);
             };
             /* Bytes that complete one of the unit's stages (boxes count whole, zero-filled rows included). */
             auto stage_bytes = [&](const Unit &unit) {
@@ -331,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
              * free; the expected bytes cover the whole stage), and the activations after the wait below. */
             int early_stages = 0;
             if (p.early_weights) {
-                const Unit unit = decode_unit(p, blockIdx.x);
+                const Unit unit = decode_unit<CLUSTER>(p, CLUSTER ? blockIdx.x / 2 : blockIdx.x, rank);
                 for (int kb = unit.kb0; kb < unit.kb1 && early_stages < kStages; kb++, early_stages++) {
                     const uint32_t full = full0 + 8 * early_stages;
                     mbar_arrive_expect_tx(full, stage_bytes(unit));
@@ -343,8 +429,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             asm volatile("griddepcontrol.wait;\n" ::: "memory");
             int stage = 0, issued = 0;
             uint32_t phase = 0;
-            for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
-                const Unit unit = decode_unit(p, u);
+            for (int u = CLUSTER ? blockIdx.x / 2 : blockIdx.x; u < p.units; u += CLUSTER ? gridDim.x / 2 : gridDim.x) {
+                const Unit unit = decode_unit<CLUSTER>(p, u, rank);
                 const int act_row0 = SWAP ? unit.qt * BQ : unit.pt * kBP;
                 for (int kb = unit.kb0; kb < unit.kb1; kb++, issued++) {
                     const uint32_t full = full0 + 8 * stage;
@@ -415,10 +501,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
         };
-        /* The stage's MMAs and scale reads are done: one arrival per warp gives it back. */
+        /* The stage's MMAs and scale reads are done: one arrival per warp gives it back (with clusters, to both
+         * CTAs' producers: each refills part of this CTA's stage). */
+        const uint32_t peer_empty0 = CLUSTER ? cluster_peer_addr(empty0, rank ^ 1) : 0;
         auto release = [&](int st) {
             __syncwarp();
-            if (lane == 0) mbar_arrive(empty0 + 8 * st);
+            if (lane == 0) {
+                mbar_arrive(empty0 + 8 * st);
+                if (CLUSTER) mbar_arrive_remote(peer_empty0 + 8 * st);
+            }
         };
         /* total += partial * sa * sb. */
         auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb) {
@@ -470,8 +561,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         };
 
         int units_done = 0;
-        for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
-            const Unit unit = decode_unit(p, u);
+        for (int u = CLUSTER ? blockIdx.x / 2 : blockIdx.x; u < p.units; u += CLUSTER ? gridDim.x / 2 : gridDim.x) {
+            const Unit unit = decode_unit<CLUSTER>(p, u, rank);
             const int pt = unit.pt, qt = unit.qt, split = unit.split;
             const int kb0 = unit.kb0, kb1 = unit.kb1;
             const int64_t p_base = (int64_t)pt * kBP + wg * 64; /* first P row of this warpgroup */
@@ -675,6 +766,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all(); /* the last stores complete before the CTA exits */
     }
+    /* Neither CTA of a cluster exits while the other may still arrive on its barriers. (The plan never combines
+     * clusters with one_consumer, whose second consumer warpgroup returns early.) */
+    if (CLUSTER) cluster_sync();
 #endif
 }
 
@@ -764,7 +858,8 @@ struct Plan {
     bool swap;
     int bq;
     int p_tiles, q_tiles, splits, kb_per_split, units, grid;
-    int whole_units; /* see HopperParams */
+    int whole_units;    /* see HopperParams */
+    int pair_p, pair_q; /* 2-CTA clusters (see HopperParams); units then count pairs of tiles */
 };
 
 /* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (decode, long K,
@@ -814,15 +909,31 @@ TileOverride tile_override(void) {
     return tile;
 }
 
-/* What the environment forces on the plan (the three variables above). The plan functions take it as an argument,
+/* BFP8_HOPPER_CLUSTER=0 never runs 2-CTA clusters; =P or =Q shares only that operand's tile where the plan allows
+ * it (pair_tiles); unset: pair_tiles decides. For tests and side-by-side measurement. Read once. */
+enum ClusterMode { kClusterAuto = -1, kClusterOff = 0, kClusterShareP = 1, kClusterShareQ = 2 };
+int cluster_mode(void) {
+    static const int mode = [] {
+        const char *e = getenv("BFP8_HOPPER_CLUSTER");
+        if (!e) return (int)kClusterAuto;
+        if (strcmp(e, "0") == 0) return (int)kClusterOff;
+        if (strcmp(e, "P") == 0) return (int)kClusterShareP;
+        if (strcmp(e, "Q") == 0) return (int)kClusterShareQ;
+        return (int)kClusterAuto;
+    }();
+    return mode;
+}
+
+/* What the environment forces on the plan (the four variables above). The plan functions take it as an argument,
  * so that the dispatcher's ranking (hopper_priority) follows the default heuristic whatever a test forces. */
 struct PlanKnobs {
     TileOverride tile;
-    int hybrid; /* -1: the model decides */
-    int splits; /* 0: the model decides */
+    int hybrid;  /* -1: the model decides */
+    int splits;  /* 0: the model decides */
+    int cluster; /* ClusterMode */
 };
-constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0};
-PlanKnobs env_knobs(void) { return {tile_override(), hybrid_mode(), forced_splits()}; }
+constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterAuto};
+PlanKnobs env_knobs(void) { return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode()}; }
 
 /* One tiling (swapped with Q tiles of bq tokens, or normal with weight tiles of bq rows) and its K split. Split K
  * when there are too few tiles to fill the SMs, choosing the split count that minimizes a time model: waves of
@@ -926,7 +1037,27 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
     }
     pl.units = (int)units;
     pl.grid = (int)(units < sms ? units : sms);
+    pl.pair_p = pl.pair_q = 1;
     return pl;
+}
+
+/* 2-CTA clusters whose two tiles share one operand's tile (HopperParams::pair_p, pair_q), on the normal path with
+ * both consumer warpgroups (M > 64) and without the last-wave split, where the tiles pair up evenly and the shared
+ * tile is whole: the P tile (activations; the pair's Q tiles adjacent) where M is a multiple of 128 and the Q tiles
+ * are even in number, else the Q tile (weights; adjacent P tiles) where N is a multiple of the Q tile and the P
+ * tiles are even. Sharing P first: it is the larger tile when Q tiles are 64 wide. */
+void pair_tiles(Plan &pl, int64_t m, int64_t n, int sms, const PlanKnobs &knobs) {
+    if (pl.swap || m <= 64 || pl.whole_units || knobs.cluster == kClusterOff) return;
+    const bool share_p = m % kBP == 0 && pl.q_tiles % 2 == 0 && knobs.cluster != kClusterShareQ;
+    const bool share_q = n % pl.bq == 0 && pl.p_tiles % 2 == 0 && knobs.cluster != kClusterShareP;
+    if (share_p)
+        pl.pair_q = 2;
+    else if (share_q)
+        pl.pair_p = 2;
+    else
+        return;
+    pl.units /= 2; /* tiles x splits, with an even tile count */
+    pl.grid = 2 * (pl.units < sms / 2 ? pl.units : sms / 2);
 }
 
 /* Normal-path tiles of an M x N output with weight tiles bq wide (make_plan and hopper_priority). */
@@ -946,7 +1077,11 @@ int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP
  * knobs.tile (BFP8_HOPPER_TILE) overrides the choice. */
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
     const TileOverride &forced = knobs.tile;
-    if (forced.set && !forced.swap) return plan_tiling(false, forced.bq, m, n, k, sms, knobs);
+    if (forced.set && !forced.swap) {
+        Plan pl = plan_tiling(false, forced.bq, m, n, k, sms, knobs);
+        pair_tiles(pl, m, n, sms, knobs);
+        return pl;
+    }
     if (m <= 8 || (forced.set && m <= 128)) {
         int bq = 8;
         while (bq < m) bq *= 2;
@@ -955,7 +1090,9 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs)
     }
     const int64_t waves64 = bfp8_ceil_div(normal_tiles(m, n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(normal_tiles(m, n, 128), sms);
-    return plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, knobs);
+    Plan pl = plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, knobs);
+    pair_tiles(pl, m, n, sms, knobs);
+    return pl;
 }
 
 /* Output columns [0, whole_columns) come from whole tiles only (see the last-wave split in plan_tiling). */
@@ -963,10 +1100,12 @@ int64_t whole_columns(const Plan &pl) {
     return pl.swap ? (int64_t)pl.whole_units * kBP : (int64_t)(pl.whole_units / pl.p_tiles) * pl.bq;
 }
 
-/* One line naming a plan: path, tile, K split, units and grid (BFP8_LOG=hopper, and the tests' golden plans). */
+/* One line naming a plan: path, tile, K split, units, grid and clusters (BFP8_LOG=hopper, and the tests' golden
+ * plans). */
 void describe_plan(const Plan &pl, char *out, size_t size) {
-    snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d) grid=%d",
-             pl.swap ? "swapped" : "normal", pl.bq, pl.splits, pl.kb_per_split, pl.units, pl.whole_units, pl.grid);
+    snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d) grid=%d%s",
+             pl.swap ? "swapped" : "normal", pl.bq, pl.splits, pl.kb_per_split, pl.units, pl.whole_units, pl.grid,
+             pl.pair_q == 2 ? " clusters of 2 sharing P" : pl.pair_p == 2 ? " clusters of 2 sharing Q" : "");
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn(void) {
@@ -1030,27 +1169,36 @@ bfp8_status encode_map(CUtensorMap *map, CUtensorMapDataType type, size_t elem, 
     return BFP8_OK;
 }
 
-/* The launch configuration of a programmatic dependent: a grid that may start before the kernel launched ahead of
- * it on `stream` completes, and waits for it with griddepcontrol.wait where it needs that kernel's results. */
-struct DependentLaunch {
+/* A launch configuration for cudaLaunchKernelEx: optionally a programmatic dependent (a grid that may start before
+ * the kernel launched ahead of it on `stream` completes, and waits for it with griddepcontrol.wait where it needs
+ * that kernel's results), optionally in clusters of `cluster` CTAs. */
+struct KernelLaunch {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    DependentLaunch(int64_t grid, int block, int smem, cudaStream_t stream) {
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    KernelLaunch(int64_t grid, int block, int smem, cudaStream_t stream, bool dependent, int cluster) {
         cfg.gridDim = dim3((unsigned)grid, 1, 1);
         cfg.blockDim = dim3((unsigned)block, 1, 1);
         cfg.dynamicSmemBytes = (size_t)smem;
         cfg.stream = stream;
         cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        if (dependent) {
+            attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+        }
+        if (cluster > 1) {
+            attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+            attr[cfg.numAttrs++].val.clusterDim = {(unsigned)cluster, 1, 1};
+        }
     }
-    DependentLaunch(const DependentLaunch &) = delete; /* cfg points into the object */
+    KernelLaunch(const KernelLaunch &) = delete; /* cfg points into the object */
 };
 
-template <int BQ, bool SWAP>
-cudaError_t launch_kernel(const TensorMaps &maps, const HopperParams &hp, int grid, cudaStream_t stream) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP>;
+/* Launches a persistent grid of `grid` CTAs (fewer with clusters, if fewer clusters fit at once; *launched says how
+ * many). */
+template <int BQ, bool SWAP, bool CLUSTER>
+cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &hp, int grid, cudaStream_t stream,
+                          int *launched) {
+    auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER>;
     const int smem = Config<BQ, SWAP>::kSmemBytes;
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (!attr_set) {
@@ -1058,28 +1206,47 @@ cudaError_t launch_kernel(const TensorMaps &maps, const HopperParams &hp, int gr
         if (e != cudaSuccess) return e;
         attr_set = true;
     }
-    if (!hp.early_weights) {
+    *launched = grid;
+    if (!hp.early_weights && !CLUSTER) {
         kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
         return cudaGetLastError();
     }
+    if (CLUSTER) {
+        /* The CTAs of a cluster run on SMs of one GPC: a persistent grid of more clusters than fit at once would
+         * leave the rest for a second wave. Their count depends on the device only (one CTA per SM). */
+        static int max_clusters = 0; /* a race only queries twice */
+        if (!max_clusters) {
+            const KernelLaunch query(grid, kThreads, smem, stream, false, 2);
+            cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &query.cfg);
+            if (e != cudaSuccess) return e;
+            if (max_clusters < 1) return cudaErrorInvalidConfiguration;
+        }
+        if (grid > 2 * max_clusters) *launched = 2 * max_clusters;
+    }
     /* A programmatic dependent of the kernel before it (see HopperParams::early_weights). */
-    const DependentLaunch launch(grid, kThreads, smem, stream);
+    const KernelLaunch launch(*launched, kThreads, smem, stream, hp.early_weights, CLUSTER ? 2 : 1);
     return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
 }
 
-cudaError_t launch_planned(const Plan &pl, const TensorMaps &maps, const HopperParams &hp, cudaStream_t stream) {
+cudaError_t launch_planned(const Plan &pl, const ClusterTensorMaps &maps, const HopperParams &hp,
+                           cudaStream_t stream, int *launched) {
+    const bool cluster = pl.pair_p * pl.pair_q == 2;
     if (!pl.swap) {
         switch (pl.bq) {
-        case 64: return launch_kernel<64, false>(maps, hp, pl.grid, stream);
-        default: return launch_kernel<128, false>(maps, hp, pl.grid, stream);
+        case 64:
+            return cluster ? launch_kernel<64, false, true>(maps, hp, pl.grid, stream, launched)
+                           : launch_kernel<64, false, false>(maps, hp, pl.grid, stream, launched);
+        default:
+            return cluster ? launch_kernel<128, false, true>(maps, hp, pl.grid, stream, launched)
+                           : launch_kernel<128, false, false>(maps, hp, pl.grid, stream, launched);
         }
     }
     switch (pl.bq) {
-    case 8: return launch_kernel<8, true>(maps, hp, pl.grid, stream);
-    case 16: return launch_kernel<16, true>(maps, hp, pl.grid, stream);
-    case 32: return launch_kernel<32, true>(maps, hp, pl.grid, stream);
-    case 64: return launch_kernel<64, true>(maps, hp, pl.grid, stream);
-    default: return launch_kernel<128, true>(maps, hp, pl.grid, stream);
+    case 8: return launch_kernel<8, true, false>(maps, hp, pl.grid, stream, launched);
+    case 16: return launch_kernel<16, true, false>(maps, hp, pl.grid, stream, launched);
+    case 32: return launch_kernel<32, true, false>(maps, hp, pl.grid, stream, launched);
+    case 64: return launch_kernel<64, true, false>(maps, hp, pl.grid, stream, launched);
+    default: return launch_kernel<128, true, false>(maps, hp, pl.grid, stream, launched);
     }
 }
 
@@ -1232,7 +1399,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     const uint8_t *p_mat = pl.swap ? args->b : args->a;
     const uint8_t *q_mat = pl.swap ? args->a : args->b;
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
-    TensorMaps maps;
+    ClusterTensorMaps maps;
     memset(&maps, 0, sizeof maps); /* the maps a plan does not use stay zero */
     BFP8_TRY(encode_map(&maps.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, kBP, true, "P"));
     BFP8_TRY(encode_map(&maps.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK, (uint32_t)pl.bq, true,
@@ -1269,6 +1436,15 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.q_last_rows = q_last_rows;
     hp.one_consumer = !pl.swap && m <= 64;
     hp.weight_evict_first = activation_tiles(pl) == 1 && evict_first_enabled();
+    hp.pair_p = pl.pair_p;
+    hp.pair_q = pl.pair_q;
+    /* Clusters: the shared operand's map with a box of half its tile (each CTA multicasts one half). */
+    if (pl.pair_q == 2)
+        BFP8_TRY(encode_map(&maps.half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, kBP / 2, true,
+                            "P (half tile)"));
+    if (pl.pair_p == 2)
+        BFP8_TRY(encode_map(&maps.half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK,
+                            (uint32_t)pl.bq / 2, true, "Q (half tile)"));
     hp.y_vec = (n % 8 == 0) && ((uintptr_t)args->y % 16 == 0);
     hp.y_tma = !pl.swap && pl.splits == 1 && hp.y_vec && args->y_dtype != BFP8_DTYPE_F32 && tma_store_enabled();
     if (hp.y_tma)
@@ -1291,11 +1467,13 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         BFP8_TRY(bfp8_cuda_malloc_async(&ws, bytes, args->stream));
         hp.workspace = (float *)ws;
     }
-    cudaError_t e = launch_planned(pl, maps, hp, stream);
+    int launched = 0;
+    cudaError_t e = launch_planned(pl, maps, hp, stream, &launched);
     if (log_plans()) {
         char line[160];
         describe_plan(pl, line, sizeof line);
-        fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s\n", (long long)m, (long long)n, (long long)k, line);
+        fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s (launched %d CTAs)\n", (long long)m, (long long)n,
+                (long long)k, line, launched);
     }
     if (e == cudaSuccess && pl.splits > 1) {
         /* The output columns of whole tiles are final already; the reduce covers the rest. */
@@ -1304,7 +1482,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         int64_t blocks = ((vec ? count / 4 : count) + 255) / 256;
         if (blocks > 8 * (int64_t)sms) blocks = 8 * (int64_t)sms;
         /* Programmatic dependent launch hides the reduce kernel's launch latency behind the GEMM's tail. */
-        const DependentLaunch launch(blocks, 256, 0, stream);
+        const KernelLaunch launch(blocks, 256, 0, stream, true, 1);
         e = cudaLaunchKernelEx(&launch.cfg, hopper_splitk_reduce, (const float *)ws, pl.splits, m, n, n0, hp.bias,
                                hp.bias_dtype, args->y, hp.y_dtype, vec);
     }
