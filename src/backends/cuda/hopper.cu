@@ -112,6 +112,7 @@ struct HopperParams {
      * adjacent P tiles sharing the Q tile (weights). Both 1 in the other kernels. The shared tile is always whole
      * (no last-tile box: the plan requires the shared operand's rows to be a multiple of the tile). */
     int pair_p, pair_q;
+    int xmode; /* EXPERIMENT: 1 halves, 2 leader loads the whole shared tile, 0 none (lockstep), 3 none (free) */
 };
 constexpr int kTraceSlots = 16;
 
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             /* One arrival per consumer warp: 256 per-thread arrivals on one barrier per K block cost shared-memory
              * atomics for nothing. With clusters, the consumer warps of both CTAs: this CTA's producer refills
              * its half of the shared tile in both. */
-            mbar_init(empty0 + 8 * s, (p.one_consumer ? 4 : 8) * (CLUSTER ? 2 : 1));
+            mbar_init(empty0 + 8 * s, (p.one_consumer ? 4 : 8) * (CLUSTER && p.xmode != 3 ? 2 : 1));
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -383,20 +384,26 @@ __global__ void __launch_bounds__(kThreads, 1)
             };
             /* With clusters, this CTA loads half of the shared tile (the same tile in both CTAs) into both CTAs, and
              * the other CTA the other half. */
-            auto load_half = [&](uint32_t dst, int tile_rows, int tile_row0, uint32_t full, int kb) {
+            auto load_half = [&](uint32_t dst, int tile_rows, int tile_row0, uint32_t full, int kb,
+                                 const CUtensorMap *whole) {
                 const int half = tile_rows / 2;
-                tma_load_2d_multicast(dst + rank * half * kBK, half_map(maps), kb * kBK, tile_row0 + rank * half,
-                                      full, 0x3);
+                if (p.xmode == 1)
+                    tma_load_2d_multicast(dst + rank * half * kBK, half_map(maps), kb * kBK, tile_row0 + rank * half,
+                                          full, 0x3);
+                else if (p.xmode == 2) {
+                    if (rank == 0) tma_load_2d_multicast(dst, whole, kb * kBK, tile_row0, full, 0x3);
+                } else
+                    tma_load_2d(dst, whole, kb * kBK, tile_row0, full);
             };
             auto load_p = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
                 if (CLUSTER && p.pair_q == 2)
-                    load_half(tile, kBP, unit.pt * kBP, full, kb);
+                    load_half(tile, kBP, unit.pt * kBP, full, kb, &maps.p);
                 else
                     load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full, SWAP);
             };
             auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
                 if (CLUSTER && p.pair_p == 2)
-                    load_half(tile + C::kPBytes, BQ, unit.qt * BQ, full, kb);
+                    load_half(tile + C::kPBytes, BQ, unit.qt * BQ, full, kb, &maps.q);
                 else
                     load(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, unit.qt * BQ, full,
                          !SWAP);
@@ -508,7 +515,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             __syncwarp();
             if (lane == 0) {
                 mbar_arrive(empty0 + 8 * st);
-                if (CLUSTER) mbar_arrive_remote(peer_empty0 + 8 * st);
+                if (CLUSTER && p.xmode != 3) mbar_arrive_remote(peer_empty0 + 8 * st);
             }
         };
         /* total += partial * sa * sb. */
@@ -1436,6 +1443,10 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.q_last_rows = q_last_rows;
     hp.one_consumer = !pl.swap && m <= 64;
     hp.weight_evict_first = activation_tiles(pl) == 1 && evict_first_enabled();
+    {
+        const char *x = getenv("BFP8_HOPPER_XMODE");
+        hp.xmode = x ? atoi(x) : 1;
+    }
     hp.pair_p = pl.pair_p;
     hp.pair_q = pl.pair_q;
     /* Clusters: the shared operand's map with a box of half its tile (each CTA multicasts one half). */
