@@ -458,6 +458,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                 }
             }
+            if (CLUSTER) {
+                /* Keeps the CTA alive until both CTAs' consumers have released every stage: then the other CTA
+                 * has made all its arrivals on this CTA's barriers (and this CTA's consumers have taken every
+                 * byte it multicast here). The other threads may exit: a cluster barrier at the end instead kept
+                 * them all resident and cost 15-25% (bench/hopper-notes.md, v10). */
+                for (int i = 0; i < kStages; i++) {
+                    mbar_wait(empty0 + 8 * stage, phase ^ 1);
+                    if (++stage == kStages) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -773,9 +786,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all(); /* the last stores complete before the CTA exits */
     }
-    /* Neither CTA of a cluster exits while the other may still arrive on its barriers. (The plan never combines
-     * clusters with one_consumer, whose second consumer warpgroup returns early.) */
-    if (CLUSTER) cluster_sync();
+    if (CLUSTER && p.xmode == 9) cluster_sync(); /* EXPERIMENT: the old ending */
 #endif
 }
 
