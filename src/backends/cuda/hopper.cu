@@ -1217,6 +1217,8 @@ template <int BQ, bool SWAP, bool CLUSTER>
 cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &hp, int grid, cudaStream_t stream,
                           int *launched) {
     auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER>;
+    static const int xlaunch = getenv("BFP8_HOPPER_XLAUNCH") ? atoi(getenv("BFP8_HOPPER_XLAUNCH")) : 0;
+    const bool cluster_attr = xlaunch == 1 ? true : xlaunch == 2 ? false : CLUSTER; /* EXPERIMENT */
     const int smem = Config<BQ, SWAP>::kSmemBytes;
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (!attr_set) {
@@ -1225,11 +1227,11 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         attr_set = true;
     }
     *launched = grid;
-    if (!hp.early_weights && !CLUSTER) {
+    if (!hp.early_weights && !cluster_attr) {
         kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
         return cudaGetLastError();
     }
-    if (CLUSTER) {
+    if (cluster_attr) {
         /* The CTAs of a cluster run on SMs of one GPC: a persistent grid of more clusters than fit at once would
          * leave the rest for a second wave. Their count depends on the device only (one CTA per SM). */
         static int max_clusters = 0; /* a race only queries twice */
@@ -1242,7 +1244,7 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         if (grid > 2 * max_clusters) *launched = 2 * max_clusters;
     }
     /* A programmatic dependent of the kernel before it (see HopperParams::early_weights). */
-    const KernelLaunch launch(*launched, kThreads, smem, stream, hp.early_weights, CLUSTER ? 2 : 1);
+    const KernelLaunch launch(*launched, kThreads, smem, stream, hp.early_weights, cluster_attr ? 2 : 1);
     return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
 }
 
