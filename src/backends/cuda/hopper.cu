@@ -112,7 +112,6 @@ struct HopperParams {
      * adjacent P tiles sharing the Q tile (weights). Both 1 in the other kernels. The shared tile is always whole
      * (no last-tile box: the plan requires the shared operand's rows to be a multiple of the tile). */
     int pair_p, pair_q;
-    int xmode; /* EXPERIMENT: 1 halves, 2 leader loads the whole shared tile, 0 none (lockstep), 3 none (free) */
 };
 constexpr int kTraceSlots = 16;
 
@@ -201,11 +200,8 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
     return r;
 }
-/* Every thread of both CTAs of the cluster (an execution barrier with release/acquire at cluster scope). */
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-/* The same without the release (no MEMBAR.GPU): after fence.mbarrier_init, which publishes the barriers. */
+/* Every thread of both CTAs of the cluster, without a release (no MEMBAR.GPU): for after fence.mbarrier_init,
+ * which publishes the barriers. */
 __device__ __forceinline__ void cluster_sync_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;\n" ::: "memory");
 }
@@ -216,9 +212,10 @@ __device__ __forceinline__ uint32_t cluster_peer_addr(uint32_t addr, uint32_t ra
     return remote;
 }
 /* Arrival on an mbarrier of the other CTA of the cluster (address from cluster_peer_addr). Default semantics
- * (release at CTA scope), as for a local arrival: what it publishes is that this CTA's wgmmas have finished reading
- * a stage (wgmma.wait_group returned), and the other CTA answers only with TMA writes into that stage. The
- * .release.cluster form compiles to MEMBAR.ALL.GPU plus error barriers before every arrival, in the main loop. */
+ * (release at CTA scope), as CUTLASS's cluster pipelines use: what it publishes is that this CTA's consumers have
+ * finished reading a stage (their wgmmas completed before they arrived on its empty barrier), and the other CTA
+ * answers only with TMA writes into that stage. The .release.cluster form compiles to MEMBAR.ALL.GPU plus error
+ * barriers before every arrival. */
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
 }
@@ -334,6 +331,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t *bars = (uint64_t *)(scales + kStages * (C::kScaleSlot / 4));
     const uint32_t tiles_u32 = smem_u32(tiles);
     const uint32_t full0 = smem_u32(bars), empty0 = smem_u32(bars + kStages);
+    /* CLUSTER: "the other CTA's stage is free", one arrival by the other CTA's producer per refill (see the
+     * producer loop). The barrier area has room for it in these kernels only (launch_kernel). */
+    const uint32_t peer_free0 = smem_u32(bars + 2 * kStages);
 
     /* A split-K reduce launched after this grid may start its launch now (it waits for this grid's completion). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -348,9 +348,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int s = 0; s < kStages; s++) {
             mbar_init(full0 + 8 * s, 1);
             /* One arrival per consumer warp: 256 per-thread arrivals on one barrier per K block cost shared-memory
-             * atomics for nothing. With clusters, the consumer warps of both CTAs: this CTA's producer refills
-             * its half of the shared tile in both. */
-            mbar_init(empty0 + 8 * s, (p.one_consumer ? 4 : 8) * (CLUSTER && p.xmode != 3 ? 2 : 1));
+             * atomics for nothing. */
+            mbar_init(empty0 + 8 * s, p.one_consumer ? 4 : 8);
+            if (CLUSTER) mbar_init(peer_free0 + 8 * s, 1);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -371,6 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma_prefetch_map(&maps.p);
             tma_prefetch_map(&maps.q);
             tma_prefetch_map(&maps.sa);
+            const uint32_t peer_free_remote = CLUSTER ? cluster_peer_addr(peer_free0, rank ^ 1) : 0;
             /* A unit's boxes: the smaller one for a last tile that the matrix ends inside. */
             auto p_last = [&](const Unit &unit) { return p.p_last_rows && unit.pt == p.p_tiles - 1; };
             auto q_last = [&](const Unit &unit) { return p.q_last_rows && unit.qt == p.q_tiles - 1; };
@@ -384,26 +385,20 @@ __global__ void __launch_bounds__(kThreads, 1)
             };
             /* With clusters, this CTA loads half of the shared tile (the same tile in both CTAs) into both CTAs, and
              * the other CTA the other half. */
-            auto load_half = [&](uint32_t dst, int tile_rows, int tile_row0, uint32_t full, int kb,
-                                 const CUtensorMap *whole) {
+            auto load_half = [&](uint32_t dst, int tile_rows, int tile_row0, uint32_t full, int kb) {
                 const int half = tile_rows / 2;
-                if (p.xmode == 1)
-                    tma_load_2d_multicast(dst + rank * half * kBK, half_map(maps), kb * kBK, tile_row0 + rank * half,
-                                          full, 0x3);
-                else if (p.xmode == 2) {
-                    if (rank == 0) tma_load_2d_multicast(dst, whole, kb * kBK, tile_row0, full, 0x3);
-                } else
-                    tma_load_2d(dst, whole, kb * kBK, tile_row0, full);
+                tma_load_2d_multicast(dst + rank * half * kBK, half_map(maps), kb * kBK, tile_row0 + rank * half,
+                                      full, 0x3);
             };
             auto load_p = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
                 if (CLUSTER && p.pair_q == 2)
-                    load_half(tile, kBP, unit.pt * kBP, full, kb, &maps.p);
+                    load_half(tile, kBP, unit.pt * kBP, full, kb);
                 else
                     load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full, SWAP);
             };
             auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
                 if (CLUSTER && p.pair_p == 2)
-                    load_half(tile + C::kPBytes, BQ, unit.qt * BQ, full, kb, &maps.q);
+                    load_half(tile + C::kPBytes, BQ, unit.qt * BQ, full, kb);
                 else
                     load(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, unit.qt * BQ, full,
                          !SWAP);
@@ -444,6 +439,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const uint32_t tile = tiles_u32 + stage * C::kStageBytes;
                     if (issued >= early_stages) {
                         mbar_wait(empty0 + 8 * stage, phase ^ 1);
+                        if (CLUSTER && issued >= kStages) {
+                            /* A refill writes half of the shared tile into the other CTA too: tell its producer that
+                             * this CTA's consumers have released the stage, and wait for the same news from it.
+                             * The first fill of each stage needs neither (all start free). Kept out of the consumer
+                             * loop, whose code is then that of the plain kernel: consumer warps arriving on both
+                             * CTAs' barriers instead made every cluster kernel ~20% slower (bench/hopper-notes.md,
+                             * v10). */
+                            mbar_arrive_remote(peer_free_remote + 8 * stage);
+                            mbar_wait(peer_free0 + 8 * stage, phase ^ 1);
+                        }
                         mbar_arrive_expect_tx(full, stage_bytes(unit));
                         load_weight(tile, full, unit, kb);
                     }
@@ -452,19 +457,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                     else
                         load_p(tile, full, unit, kb);
                     tma_load_2d(smem_u32(scales + stage * (C::kScaleSlot / 4)), &maps.sa, act_row0, kb, full);
-                    if (++stage == kStages) {
-                        stage = 0;
-                        phase ^= 1;
-                    }
-                }
-            }
-            if (CLUSTER) {
-                /* Keeps the CTA alive until both CTAs' consumers have released every stage: then the other CTA
-                 * has made all its arrivals on this CTA's barriers (and this CTA's consumers have taken every
-                 * byte it multicast here). The other threads may exit: a cluster barrier at the end instead kept
-                 * them all resident and cost 15-25% (bench/hopper-notes.md, v10). */
-                for (int i = 0; i < kStages; i++) {
-                    mbar_wait(empty0 + 8 * stage, phase ^ 1);
                     if (++stage == kStages) {
                         stage = 0;
                         phase ^= 1;
@@ -521,15 +513,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
         };
-        /* The stage's MMAs and scale reads are done: one arrival per warp gives it back (with clusters, to both
-         * CTAs' producers: each refills part of this CTA's stage). */
-        const uint32_t peer_empty0 = CLUSTER ? cluster_peer_addr(empty0, rank ^ 1) : 0;
+        /* The stage's MMAs and scale reads are done: one arrival per warp gives it back. */
         auto release = [&](int st) {
             __syncwarp();
-            if (lane == 0) {
-                mbar_arrive(empty0 + 8 * st);
-                if (CLUSTER && p.xmode != 3) mbar_arrive_remote(peer_empty0 + 8 * st);
-            }
+            if (lane == 0) mbar_arrive(empty0 + 8 * st);
         };
         /* total += partial * sa * sb. */
         auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb) {
@@ -786,7 +773,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all(); /* the last stores complete before the CTA exits */
     }
-    if (CLUSTER && p.xmode == 9) cluster_sync(); /* EXPERIMENT: the old ending */
 #endif
 }
 
@@ -1217,9 +1203,9 @@ template <int BQ, bool SWAP, bool CLUSTER>
 cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &hp, int grid, cudaStream_t stream,
                           int *launched) {
     auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER>;
-    static const int xlaunch = getenv("BFP8_HOPPER_XLAUNCH") ? atoi(getenv("BFP8_HOPPER_XLAUNCH")) : 0;
-    const bool cluster_attr = xlaunch == 1 ? true : xlaunch == 2 ? false : CLUSTER; /* EXPERIMENT */
-    const int smem = Config<BQ, SWAP>::kSmemBytes;
+    /* Cluster kernels keep one more barrier per stage (peer_free); Config leaves room for it. */
+    const int smem = Config<BQ, SWAP>::kSmemBytes + (CLUSTER ? 8 * Config<BQ, SWAP>::kStages : 0);
+    static_assert(Config<BQ, SWAP>::kSmemBytes + 8 * Config<BQ, SWAP>::kStages <= kMaxSmem, "peer_free barriers");
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -1227,11 +1213,11 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         attr_set = true;
     }
     *launched = grid;
-    if (!hp.early_weights && !cluster_attr) {
+    if (!hp.early_weights && !CLUSTER) {
         kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
         return cudaGetLastError();
     }
-    if (cluster_attr) {
+    if (CLUSTER) {
         /* The CTAs of a cluster run on SMs of one GPC: a persistent grid of more clusters than fit at once would
          * leave the rest for a second wave. Their count depends on the device only (one CTA per SM). */
         static int max_clusters = 0; /* a race only queries twice */
@@ -1244,7 +1230,7 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         if (grid > 2 * max_clusters) *launched = 2 * max_clusters;
     }
     /* A programmatic dependent of the kernel before it (see HopperParams::early_weights). */
-    const KernelLaunch launch(*launched, kThreads, smem, stream, hp.early_weights, cluster_attr ? 2 : 1);
+    const KernelLaunch launch(*launched, kThreads, smem, stream, hp.early_weights, CLUSTER ? 2 : 1);
     return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
 }
 
@@ -1456,10 +1442,6 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.q_last_rows = q_last_rows;
     hp.one_consumer = !pl.swap && m <= 64;
     hp.weight_evict_first = activation_tiles(pl) == 1 && evict_first_enabled();
-    {
-        const char *x = getenv("BFP8_HOPPER_XMODE");
-        hp.xmode = x ? atoi(x) : 1;
-    }
     hp.pair_p = pl.pair_p;
     hp.pair_q = pl.pair_q;
     /* Clusters: the shared operand's map with a box of half its tile (each CTA multicasts one half). */
