@@ -48,10 +48,13 @@ quick=${GPU_CHECK_QUICK:-0}
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
 # hopper's plans that its heuristic picks for some shapes only, each forced on every case: the decode split of only
 # the last wave's tiles, each tiling (normal path with 64/128-wide weight tiles, swapped while M <= 128, swapped with
-# several 16-token Q tiles), the staged epilogue in place of the TMA store, and last tiles loaded with the whole box
-# (rows past the matrix zero-filled by TMA) instead of a smaller one. Commas join one variant's variables.
+# several 16-token Q tiles), the staged epilogue in place of the TMA store, last tiles loaded with the whole box
+# (rows past the matrix zero-filled by TMA) instead of a smaller one, and the opt-in 2-CTA cluster kernels (sharing
+# the activation tile where they can, else the weight tile; and the weight tile only). Commas join one variant's
+# variables.
 hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
-    BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_EDGE_BOX=0"
+    BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_EDGE_BOX=0
+    BFP8_HOPPER_CLUSTER=1 BFP8_HOPPER_CLUSTER=Q"
 variants() {
     local v rc=0
     for v in $hopper_variants; do
@@ -71,7 +74,7 @@ sanitize() {
             return 1
         timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small || return 1
         # Plans the default does not reach on the small cases.
-        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0; do
+        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_CLUSTER=1; do
             echo "== $v"
             env $(echo "$v" | tr , ' ') timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
                 build/tests/test_hopper --small || return 1

@@ -424,9 +424,10 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 512, 384, 1024, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_BF16);
     small_case(b, 256, 1000, 256, BFP8_SCALE_FP32, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
     small_case(b, 4096, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* 2-CTA clusters (the plan's choice is in test_golden_plans): sharing the activation tile with the last weight
-     * tile cut by N (256 x 1000 above, and here with split K, fp32 output, a partial last K block, f16 output and
-     * a bf16 bias); sharing the weight tile with the last activation tile cut by M, several units per cluster. */
+    /* Shapes for the 2-CTA clusters (opt-in; gpu-check runs this suite with BFP8_HOPPER_CLUSTER=1 and =Q, and
+     * test_golden_plans checks which plan each gets): sharing the activation tile with the last weight tile cut
+     * by N (256 x 1000 above, and here with split K, fp32 output, a partial last K block, f16 output and a bf16
+     * bias); sharing the weight tile with the last activation tile cut by M, several units per cluster. */
     small_case(b, 256, 256, 8192, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
     small_case(b, 384, 640, 2064, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 4095, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
@@ -491,9 +492,17 @@ static void test_golden_plans(void) {
         {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
         /* test_linear's last-wave split with two P tiles: the whole tiles are rounded down to full columns */
         {129, 8576, 4096, "normal BQ=64 splits=32 (K blocks per split 1) units=392 (whole 264) grid=132"},
-        /* 2-CTA clusters: sharing the activation tile where M % 128 == 0 and the Q tiles pair up, else the weight
-         * tile where N is a multiple of the Q tile and the P tiles pair up, else none (2112 = 16.5 x 128 = 33 x 64:
-         * neither at M = 4096 or 128); never at M <= 64 or with the last-wave split (above) */
+        /* No 2-CTA clusters unless asked for (measured slower): whole lines */
+        {4096, 7168, 16384, "normal BQ=128 splits=1 (K blocks per split 128) units=1792 (whole 0) grid=132"},
+        {512, 2112, 7168, "normal BQ=64 splits=1 (K blocks per split 56) units=132 (whole 0) grid=132"},
+    };
+    /* With clusters allowed (BFP8_HOPPER_CLUSTER=1): sharing the activation tile where M % 128 == 0 and the Q tiles
+     * pair up, else the weight tile where N is a multiple of the Q tile and the P tiles pair up, else none (2112 =
+     * 16.5 x 128 = 33 x 64: neither at M = 4096 or 128); never at M <= 64 or with the last-wave split. */
+    static const struct {
+        int64_t m, n, k;
+        const char *plan;
+    } cluster_cases[] = {
         {4096, 7168, 16384, "normal BQ=128 splits=1 (K blocks per split 128) units=896 (whole 0) grid=132 "
                             "clusters of 2 sharing P"},
         {512, 2112, 7168, "normal BQ=64 splits=1 (K blocks per split 56) units=66 (whole 0) grid=132 clusters of 2 "
@@ -505,16 +514,22 @@ static void test_golden_plans(void) {
         {4096, 2112, 7168, "normal BQ=128 splits=1 (K blocks per split 56) units=544 (whole 0) grid=132"},
         {128, 2112, 7168, "normal BQ=64 splits=4 (K blocks per split 14) units=132 (whole 0) grid=132"},
         {64, 7168, 2048, "normal BQ=64 splits=1 (K blocks per split 16) units=112 (whole 0) grid=112"},
+        {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    /* A plan ending in "grid=G" must be the whole line (no clusters after it); one ending in a space, a prefix. */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] + sizeof cluster_cases / sizeof cluster_cases[0]; i++) {
+        const bool cl = i >= sizeof cases / sizeof cases[0];
+        const size_t j = cl ? i - sizeof cases / sizeof cases[0] : i;
+        const int64_t m = cl ? cluster_cases[j].m : cases[j].m, n = cl ? cluster_cases[j].n : cases[j].n;
+        const int64_t k = cl ? cluster_cases[j].k : cases[j].k;
+        const char *want = cl ? cluster_cases[j].plan : cases[j].plan;
         char line[160];
-        bfp8_hopper_plan_describe(cases[i].m, cases[i].n, cases[i].k, 132, line, sizeof line);
-        /* A plan ending in "grid=G" must be the whole line (no clusters after it). */
-        const size_t len = strlen(cases[i].plan);
-        const bool whole = len > 0 && cases[i].plan[len - 1] != ' ';
-        CHECK(whole ? strcmp(line, cases[i].plan) == 0 : strncmp(line, cases[i].plan, len) == 0,
-              "plan for M=%lld N=%lld K=%lld: '%s', want '%s%s'", (long long)cases[i].m, (long long)cases[i].n,
-              (long long)cases[i].k, line, cases[i].plan, whole ? "" : "...");
+        (cl ? bfp8_hopper_cluster_plan_describe : bfp8_hopper_plan_describe)(m, n, k, 132, line, sizeof line);
+        const size_t len = strlen(want);
+        const bool whole = len > 0 && want[len - 1] != ' ';
+        CHECK(whole ? strcmp(line, want) == 0 : strncmp(line, want, len) == 0,
+              "%splan for M=%lld N=%lld K=%lld: '%s', want '%s%s'", cl ? "cluster " : "", (long long)m, (long long)n,
+              (long long)k, line, want, whole ? "" : "...");
     }
 }
 
@@ -637,8 +652,8 @@ static void test_linear(bool small_only) {
         linear_case(dev, host, 8, 2048, 8192, BFP8_SCALE_FP32, true);   /* swapped, 13-block units (two partials) */
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */
         linear_case(dev, host, 600, 1536, 768, BFP8_SCALE_UE8M0, true); /* normal, several tiles per CTA */
-        linear_case(dev, host, 512, 1024, 2048, BFP8_SCALE_FP32, true); /* clusters sharing activations */
-        linear_case(dev, host, 1000, 1024, 768, BFP8_SCALE_FP32, false); /* clusters sharing (early) weights */
+        linear_case(dev, host, 512, 1024, 2048, BFP8_SCALE_FP32, true); /* (clusters: sharing activations) */
+        linear_case(dev, host, 1000, 1024, 768, BFP8_SCALE_FP32, false); /* (clusters: sharing early weights) */
         test_linear_graph(dev);
     }
     bfp8_dispatcher_free(dev);

@@ -26,7 +26,9 @@ extern const bfp8_backend bfp8_backend_cublaslt;
 const bfp8_backend *bfp8_hopper_backend(void);
 bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size);
 bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms);
-/* The plan hopper would run M x N x K with on `sms` SMs, as one line (host only; for logs and tests). */
+/* The plan hopper would run M x N x K with on `sms` SMs, as one line (host only; for logs and tests); the second
+ * with the default knobs but 2-CTA clusters allowed (BFP8_HOPPER_CLUSTER=1). */
 void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size);
+void bfp8_hopper_cluster_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size);
 
 #endif

@@ -34,6 +34,9 @@
  * Inside bfp8_linear the kernel is launched as a programmatic dependent of the activation quantization: the
  * producer requests the first unit's weight tiles at once and waits for that kernel (griddepcontrol.wait) only
  * before it loads activations, so launch and first-byte latency overlap the quantization.
+ * Opt-in (BFP8_HOPPER_CLUSTER, measured slower): the normal path in 2-CTA clusters whose tiles share one operand's
+ * tile, each CTA loading half of it with TMA multicast into both; the two producers tell each other when a stage
+ * is free, so the consumer loop is that of the plain kernel (HopperParams::pair_p).
  * Epilogue: the normal path with 16-bit output and N % 8 == 0 packs the tile into swizzled shared memory and
  * stores it with TMA (clipped at the matrix edges) while the warpgroup starts its next unit; other cases stage
  * through shared memory and store 16-byte (or 4-element) chunks of output rows, bounds-checked.
@@ -105,12 +108,13 @@ struct HopperParams {
      * (bench --l2 dirty) at M <= 128: 3.6% faster in geomean, up to 11% on the 29-132 MB weights, 2-7% slower on
      * the 15-17 MB ones (2112x7168, 32768x512 at M=16); neutral with a clean L2 (bench/hopper-notes.md, v9). */
     int weight_evict_first;
-    /* CLUSTER kernels (2-CTA clusters): the two CTAs of a cluster run units of the same K range whose tiles share
-     * one operand, and each loads half of that shared tile with TMA multicast into both CTAs, so each CTA reads
-     * 3/4 of the bytes a block it would alone (the normal path at M >= 128 is bound by bytes out of the L2,
-     * bench/hopper-notes.md v9). pair_q = 2: adjacent Q tiles sharing the P tile (activations); pair_p = 2:
-     * adjacent P tiles sharing the Q tile (weights). Both 1 in the other kernels. The shared tile is always whole
-     * (no last-tile box: the plan requires the shared operand's rows to be a multiple of the tile). */
+    /* CLUSTER kernels (2-CTA clusters, opt-in: BFP8_HOPPER_CLUSTER): the two CTAs of a cluster run units of the
+     * same K range whose tiles share one operand, and each loads half of that shared tile with TMA multicast into
+     * both CTAs, so each CTA reads 3/4 of the bytes a block it would alone. pair_q = 2: adjacent Q tiles sharing
+     * the P tile (activations); pair_p = 2: adjacent P tiles sharing the Q tile (weights). Both 1 in the other
+     * kernels. The shared tile is always whole (the plan requires the shared operand's rows to be a multiple of
+     * the tile). Correct, but measured 1-20% slower than the plain kernel in each of the 21 DeepSeek-R1 cells at
+     * M >= 128 where they apply (bench/hopper-notes.md, v10), so the plan never picks them unless asked to. */
     int pair_p, pair_q;
 };
 constexpr int kTraceSlots = 16;
@@ -913,17 +917,18 @@ TileOverride tile_override(void) {
     return tile;
 }
 
-/* BFP8_HOPPER_CLUSTER=0 never runs 2-CTA clusters; =P or =Q shares only that operand's tile where the plan allows
- * it (pair_tiles); unset: pair_tiles decides. For tests and side-by-side measurement. Read once. */
-enum ClusterMode { kClusterAuto = -1, kClusterOff = 0, kClusterShareP = 1, kClusterShareQ = 2 };
+/* BFP8_HOPPER_CLUSTER=1 runs 2-CTA clusters wherever pair_tiles allows them, =P or =Q only those sharing that
+ * operand's tile; unset or anything else: never (measured slower, HopperParams::pair_p). For tests and
+ * side-by-side measurement. Read once. */
+enum ClusterMode { kClusterOff = 0, kClusterAny = 1, kClusterShareP = 2, kClusterShareQ = 3 };
 int cluster_mode(void) {
     static const int mode = [] {
         const char *e = getenv("BFP8_HOPPER_CLUSTER");
-        if (!e) return (int)kClusterAuto;
-        if (strcmp(e, "0") == 0) return (int)kClusterOff;
+        if (!e) return (int)kClusterOff;
+        if (strcmp(e, "1") == 0) return (int)kClusterAny;
         if (strcmp(e, "P") == 0) return (int)kClusterShareP;
         if (strcmp(e, "Q") == 0) return (int)kClusterShareQ;
-        return (int)kClusterAuto;
+        return (int)kClusterOff;
     }();
     return mode;
 }
@@ -936,7 +941,7 @@ struct PlanKnobs {
     int splits;  /* 0: the model decides */
     int cluster; /* ClusterMode */
 };
-constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterAuto};
+constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterOff};
 PlanKnobs env_knobs(void) { return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode()}; }
 
 /* One tiling (swapped with Q tiles of bq tokens, or normal with weight tiles of bq rows) and its K split. Split K
@@ -1045,11 +1050,12 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
     return pl;
 }
 
-/* 2-CTA clusters whose two tiles share one operand's tile (HopperParams::pair_p, pair_q), on the normal path with
- * both consumer warpgroups (M > 64) and without the last-wave split, where the tiles pair up evenly and the shared
- * tile is whole: the P tile (activations; the pair's Q tiles adjacent) where M is a multiple of 128 and the Q tiles
- * are even in number, else the Q tile (weights; adjacent P tiles) where N is a multiple of the Q tile and the P
- * tiles are even. Sharing P first: it is the larger tile when Q tiles are 64 wide. */
+/* With clusters asked for (knobs.cluster), 2-CTA clusters whose two tiles share one operand's tile
+ * (HopperParams::pair_p, pair_q), on the normal path with both consumer warpgroups (M > 64) and without the
+ * last-wave split, where the tiles pair up evenly and the shared tile is whole: the P tile (activations; the
+ * pair's Q tiles adjacent) where M is a multiple of 128 and the Q tiles are even in number, else the Q tile
+ * (weights; adjacent P tiles) where N is a multiple of the Q tile and the P tiles are even. Sharing P first: it is
+ * the larger tile when Q tiles are 64 wide. */
 void pair_tiles(Plan &pl, int64_t m, int64_t n, int sms, const PlanKnobs &knobs) {
     if (pl.swap || m <= 64 || pl.whole_units || knobs.cluster == kClusterOff) return;
     const bool share_p = m % kBP == 0 && pl.q_tiles % 2 == 0 && knobs.cluster != kClusterShareQ;
@@ -1576,4 +1582,10 @@ extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sm
 
 extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
     describe_plan(make_plan(m, n, k, sms, env_knobs()), out, size);
+}
+
+extern "C" void bfp8_hopper_cluster_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
+    PlanKnobs knobs = kDefaultKnobs;
+    knobs.cluster = kClusterAny;
+    describe_plan(make_plan(m, n, k, sms, knobs), out, size);
 }
