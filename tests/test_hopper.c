@@ -425,9 +425,10 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 256, 1000, 256, BFP8_SCALE_FP32, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
     small_case(b, 4096, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     /* Shapes for the 2-CTA clusters (opt-in; gpu-check runs this suite with BFP8_HOPPER_CLUSTER=1 and =Q, and
-     * test_golden_plans checks which plan each gets): sharing the activation tile with the last weight tile cut
-     * by N (256 x 1000 above, and here with split K, fp32 output, a partial last K block, f16 output and a bf16
-     * bias); sharing the weight tile with the last activation tile cut by M, several units per cluster. */
+     * test_golden_plans checks which plan each gets). Sharing the activation tile: 256 x 1000 above (the last
+     * weight tile cut by N, a 40-row box), and here with split K and fp32 output, then with a partial last K block,
+     * f16 output and a bf16 bias. Sharing the weight tile: M = 4095 (a last activation tile of 127 rows, loaded
+     * with the whole box) and M = 1000 (104 rows, a cut box), several units per cluster. */
     small_case(b, 256, 256, 8192, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
     small_case(b, 384, 640, 2064, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 4095, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
@@ -470,7 +471,7 @@ static void test_golden_plans(void) {
     }
     static const struct {
         int64_t m, n, k;
-        const char *plan; /* the start of bfp8_hopper_plan_describe's line */
+        const char *plan; /* bfp8_hopper_plan_describe's line, or its start when it ends in a space */
     } cases[] = {
         /* M = 1 and 8: swapped (split counts swept in v6); M = 16 and 32: the normal path (v9) */
         {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "normal BQ=64 splits=1 "},
@@ -648,12 +649,12 @@ static void test_linear(bool small_only) {
     linear_case(dev, host, 40, 1024, 1536, BFP8_SCALE_FP32, true);    /* normal, one consumer warpgroup */
     linear_case(dev, host, 100, 384, 1040, BFP8_SCALE_FP32, true);    /* normal, partial last K block */
     linear_case(dev, host, 129, 8576, 4096, BFP8_SCALE_UE8M0, true);  /* normal, last wave's tiles split */
+    linear_case(dev, host, 1000, 1024, 768, BFP8_SCALE_FP32, false);  /* (clusters: sharing early weights) */
     if (!small_only) {
         linear_case(dev, host, 8, 2048, 8192, BFP8_SCALE_FP32, true);   /* swapped, 13-block units (two partials) */
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */
         linear_case(dev, host, 600, 1536, 768, BFP8_SCALE_UE8M0, true); /* normal, several tiles per CTA */
         linear_case(dev, host, 512, 1024, 2048, BFP8_SCALE_FP32, true); /* (clusters: sharing activations) */
-        linear_case(dev, host, 1000, 1024, 768, BFP8_SCALE_FP32, false); /* (clusters: sharing early weights) */
         test_linear_graph(dev);
     }
     bfp8_dispatcher_free(dev);

@@ -110,7 +110,8 @@ struct HopperParams {
     int weight_evict_first;
     /* CLUSTER kernels (2-CTA clusters, opt-in: BFP8_HOPPER_CLUSTER): the two CTAs of a cluster run units of the
      * same K range whose tiles share one operand, and each loads half of that shared tile with TMA multicast into
-     * both CTAs, so each CTA reads 3/4 of the bytes a block it would alone. pair_q = 2: adjacent Q tiles sharing
+     * both CTAs, so each CTA reads fewer bytes a block: 24 KB instead of 32 with 128-wide weight tiles, 16 (sharing
+     * activations) or 20 instead of 24 with 64-wide ones. pair_q = 2: adjacent Q tiles sharing
      * the P tile (activations); pair_p = 2: adjacent P tiles sharing the Q tile (weights). Both 1 in the other
      * kernels. The shared tile is always whole (the plan requires the shared operand's rows to be a multiple of
      * the tile). Correct, but measured 1-20% slower than the plain kernel in each of the 21 DeepSeek-R1 cells at
@@ -453,6 +454,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                             mbar_arrive_remote(peer_free_remote + 8 * stage);
                             mbar_wait(peer_free0 + 8 * stage, phase ^ 1);
                         }
+                        /* No barrier at the end: every arrival the other CTA makes here is awaited above before this
+                         * producer's last load, and every byte it multicasts here is counted on this CTA's full
+                         * barriers. Assumed, not documented by PTX: a CTA may exit while the multicast of its last
+                         * half into the other CTA (which is alive, waiting for it) is still landing. CUTLASS keeps
+                         * both alive to the end instead (its producer_tail); the tests and compute-sanitizer passed
+                         * on the H200 (bench/hopper-notes.md, v10). */
                         mbar_arrive_expect_tx(full, stage_bytes(unit));
                         load_weight(tile, full, unit, kb);
                     }
@@ -1057,7 +1064,7 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
  * (weights; adjacent P tiles) where N is a multiple of the Q tile and the P tiles are even. Sharing P first: it is
  * the larger tile when Q tiles are 64 wide. */
 void pair_tiles(Plan &pl, int64_t m, int64_t n, int sms, const PlanKnobs &knobs) {
-    if (pl.swap || m <= 64 || pl.whole_units || knobs.cluster == kClusterOff) return;
+    if (pl.swap || m <= 64 || pl.whole_units || sms < 2 || knobs.cluster == kClusterOff) return;
     const bool share_p = m % kBP == 0 && pl.q_tiles % 2 == 0 && knobs.cluster != kClusterShareQ;
     const bool share_q = n % pl.bq == 0 && pl.p_tiles % 2 == 0 && knobs.cluster != kClusterShareP;
     if (share_p)
@@ -1209,7 +1216,7 @@ template <int BQ, bool SWAP, bool CLUSTER>
 cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &hp, int grid, cudaStream_t stream,
                           int *launched) {
     auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER>;
-    /* Cluster kernels keep one more barrier per stage (peer_free); Config leaves room for it. */
+    /* Cluster kernels keep one more barrier per stage (peer_free), in Config's 256 bytes of slack. */
     const int smem = Config<BQ, SWAP>::kSmemBytes + (CLUSTER ? 8 * Config<BQ, SWAP>::kStages : 0);
     static_assert(Config<BQ, SWAP>::kSmemBytes + 8 * Config<BQ, SWAP>::kStages <= kMaxSmem, "peer_free barriers");
     static bool attr_set = false; /* idempotent: a race only sets it twice */
@@ -1226,7 +1233,9 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
     if (CLUSTER) {
         /* The CTAs of a cluster run on SMs of one GPC: a persistent grid of more clusters than fit at once would
          * leave the rest for a second wave. Their count depends on the device only (one CTA per SM). */
-        static int max_clusters = 0; /* a race only queries twice */
+        /* Cached for the process (a race only queries twice): a cap from another device with fewer SMs would only
+         * shorten the grid here, never break it (the units are walked with the grid's stride). */
+        static int max_clusters = 0;
         if (!max_clusters) {
             const KernelLaunch query(grid, kThreads, smem, stream, false, 2);
             cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &query.cfg);
@@ -1499,7 +1508,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
                                hp.bias_dtype, args->y, hp.y_dtype, vec);
     }
     if (trace_d) {
-        bfp8_status st = e == cudaSuccess ? trace_report(hp.trace, pl.grid, m, n, k, stream) : BFP8_OK;
+        bfp8_status st = e == cudaSuccess ? trace_report(hp.trace, launched, m, n, k, stream) : BFP8_OK;
         bfp8_status st2 = bfp8_cuda_free_async(trace_d, args->stream);
         if (e == cudaSuccess && (st != BFP8_OK || st2 != BFP8_OK)) return st != BFP8_OK ? st : st2;
     }
