@@ -454,12 +454,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                             mbar_arrive_remote(peer_free_remote + 8 * stage);
                             mbar_wait(peer_free0 + 8 * stage, phase ^ 1);
                         }
-                        /* No barrier at the end: every arrival the other CTA makes here is awaited above before this
-                         * producer's last load, and every byte it multicasts here is counted on this CTA's full
-                         * barriers. Assumed, not documented by PTX: a CTA may exit while the multicast of its last
-                         * half into the other CTA (which is alive, waiting for it) is still landing. CUTLASS keeps
-                         * both alive to the end instead (its producer_tail); the tests and compute-sanitizer passed
-                         * on the H200 (bench/hopper-notes.md, v10). */
                         mbar_arrive_expect_tx(full, stage_bytes(unit));
                         load_weight(tile, full, unit, kb);
                     }
@@ -468,6 +462,22 @@ __global__ void __launch_bounds__(kThreads, 1)
                     else
                         load_p(tile, full, unit, kb);
                     tma_load_2d(smem_u32(scales + stage * (C::kScaleSlot / 4)), &maps.sa, act_row0, kb, full);
+                    if (++stage == kStages) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+            if (CLUSTER) {
+                /* One more round of the handshake for every stage that was filled: the other CTA's consumers have
+                 * then taken every half this CTA multicast into it, and its producer has made every arrival on
+                 * this CTA's barriers, so neither CTA exits while the other still writes into it. */
+                for (int i = 0; i < kStages; i++, issued++) {
+                    if (issued >= kStages) {
+                        mbar_wait(empty0 + 8 * stage, phase ^ 1);
+                        mbar_arrive_remote(peer_free_remote + 8 * stage);
+                        mbar_wait(peer_free0 + 8 * stage, phase ^ 1);
+                    }
                     if (++stage == kStages) {
                         stage = 0;
                         phase ^= 1;
