@@ -446,11 +446,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                         mbar_wait(empty0 + 8 * stage, phase ^ 1);
                         if (CLUSTER && issued >= kStages) {
                             /* A refill writes half of the shared tile into the other CTA too: tell its producer that
-                             * this CTA's consumers have released the stage, and wait for the same news from it.
-                             * The first fill of each stage needs neither (all start free). Kept out of the consumer
-                             * loop, whose code is then that of the plain kernel: consumer warps arriving on both
-                             * CTAs' barriers instead made every cluster kernel ~20% slower (bench/hopper-notes.md,
-                             * v10). */
+                             * this CTA's consumers have released the stage, and wait for the same news from it (one
+                             * arrival per refill on a count-1 barrier: the parity is that of the empty barrier). The
+                             * first fill of each stage needs neither (all start free). Kept out of the consumer loop,
+                             * whose code is then that of the plain kernel: consumer warps arriving on both CTAs'
+                             * barriers made the loop branch and the cluster kernels up to 38% slower
+                             * (bench/hopper-notes.md, v10). */
                             mbar_arrive_remote(peer_free_remote + 8 * stage);
                             mbar_wait(peer_free0 + 8 * stage, phase ^ 1);
                         }
