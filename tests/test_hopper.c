@@ -463,16 +463,31 @@ static void test_refusals(const bfp8_backend *b) {
  * normal-path plans whose tables are in v8 and v9 (timed as plans, their split counts not swept); last-wave splits
  * (swapped and normal) and the two normal tilings. A change of the model that moves one of these must be measured
  * again. Host-only: runs without a device; skipped when an environment variable forces a plan. */
+typedef struct {
+    int64_t m, n, k;
+    const char *plan; /* the plan's whole line, or its start when it ends in a space */
+} plan_case;
+
+static void check_plans(const plan_case *cases, size_t count,
+                        void (*describe)(int64_t, int64_t, int64_t, int, char *, size_t), const char *what) {
+    for (size_t i = 0; i < count; i++) {
+        char line[160];
+        describe(cases[i].m, cases[i].n, cases[i].k, 132, line, sizeof line);
+        const size_t len = strlen(cases[i].plan);
+        const bool whole = len > 0 && cases[i].plan[len - 1] != ' ';
+        CHECK(whole ? strcmp(line, cases[i].plan) == 0 : strncmp(line, cases[i].plan, len) == 0,
+              "%s for M=%lld N=%lld K=%lld: '%s', want '%s%s'", what, (long long)cases[i].m, (long long)cases[i].n,
+              (long long)cases[i].k, line, cases[i].plan, whole ? "" : "...");
+    }
+}
+
 static void test_golden_plans(void) {
     if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS") ||
         getenv("BFP8_HOPPER_CLUSTER")) {
         printf("golden plans: skipped (a plan is forced by the environment)\n");
         return;
     }
-    static const struct {
-        int64_t m, n, k;
-        const char *plan; /* bfp8_hopper_plan_describe's line, or its start when it ends in a space */
-    } cases[] = {
+    static const plan_case cases[] = {
         /* M = 1 and 8: swapped (split counts swept in v6); M = 16 and 32: the normal path (v9) */
         {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "normal BQ=64 splits=1 "},
         {32, 7168, 2048, "normal BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
@@ -500,10 +515,7 @@ static void test_golden_plans(void) {
     /* With clusters allowed (BFP8_HOPPER_CLUSTER=1): sharing the activation tile where M % 128 == 0 and the Q tiles
      * pair up, else the weight tile where N is a multiple of the Q tile and the P tiles pair up, else none (2112 =
      * 16.5 x 128 = 33 x 64: neither at M = 4096 or 128); never at M <= 64 or with the last-wave split. */
-    static const struct {
-        int64_t m, n, k;
-        const char *plan;
-    } cluster_cases[] = {
+    static const plan_case cluster_cases[] = {
         {4096, 7168, 16384, "normal BQ=128 splits=1 (K blocks per split 128) units=896 (whole 0) grid=132 "
                             "clusters of 2 sharing P"},
         {512, 2112, 7168, "normal BQ=64 splits=1 (K blocks per split 56) units=66 (whole 0) grid=132 clusters of 2 "
@@ -517,21 +529,9 @@ static void test_golden_plans(void) {
         {64, 7168, 2048, "normal BQ=64 splits=1 (K blocks per split 16) units=112 (whole 0) grid=112"},
         {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
     };
-    /* A plan ending in "grid=G" must be the whole line (no clusters after it); one ending in a space, a prefix. */
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0] + sizeof cluster_cases / sizeof cluster_cases[0]; i++) {
-        const bool cl = i >= sizeof cases / sizeof cases[0];
-        const size_t j = cl ? i - sizeof cases / sizeof cases[0] : i;
-        const int64_t m = cl ? cluster_cases[j].m : cases[j].m, n = cl ? cluster_cases[j].n : cases[j].n;
-        const int64_t k = cl ? cluster_cases[j].k : cases[j].k;
-        const char *want = cl ? cluster_cases[j].plan : cases[j].plan;
-        char line[160];
-        (cl ? bfp8_hopper_cluster_plan_describe : bfp8_hopper_plan_describe)(m, n, k, 132, line, sizeof line);
-        const size_t len = strlen(want);
-        const bool whole = len > 0 && want[len - 1] != ' ';
-        CHECK(whole ? strcmp(line, want) == 0 : strncmp(line, want, len) == 0,
-              "%splan for M=%lld N=%lld K=%lld: '%s', want '%s%s'", cl ? "cluster " : "", (long long)m, (long long)n,
-              (long long)k, line, want, whole ? "" : "...");
-    }
+    check_plans(cases, sizeof cases / sizeof cases[0], bfp8_hopper_plan_describe, "plan");
+    check_plans(cluster_cases, sizeof cluster_cases / sizeof cluster_cases[0], bfp8_hopper_cluster_plan_describe,
+                "plan with clusters");
 }
 
 /* bfp8_linear on the device with hopper: the activation quantization kernel, then the GEMM launched as its

@@ -110,12 +110,12 @@ struct HopperParams {
     int weight_evict_first;
     /* CLUSTER kernels (2-CTA clusters, opt-in: BFP8_HOPPER_CLUSTER): the two CTAs of a cluster run units of the
      * same K range whose tiles share one operand, and each loads half of that shared tile with TMA multicast into
-     * both CTAs, so each CTA reads fewer bytes a block: 24 KB instead of 32 with 128-wide weight tiles, 16 (sharing
-     * activations) or 20 instead of 24 with 64-wide ones. pair_q = 2: adjacent Q tiles sharing
-     * the P tile (activations); pair_p = 2: adjacent P tiles sharing the Q tile (weights). Both 1 in the other
-     * kernels. The shared tile is always whole (the plan requires the shared operand's rows to be a multiple of
-     * the tile). Correct, but measured 1-20% slower than the plain kernel in each of the 21 DeepSeek-R1 cells at
-     * M >= 128 where they apply (bench/hopper-notes.md, v10), so the plan never picks them unless asked to. */
+     * both CTAs, so each CTA reads fewer bytes a block: 24 KB instead of 32 with 128-wide weight tiles, 16
+     * (sharing activations) or 20 instead of 24 with 64-wide ones. pair_q = 2: adjacent Q tiles sharing the P tile
+     * (activations); pair_p = 2: adjacent P tiles sharing the Q tile (weights). Both 1 in the other kernels. The
+     * shared tile is always whole (the plan requires the shared operand's rows to be a multiple of the tile).
+     * Correct, but measured 1-20% slower than the plain kernel in each of the 21 DeepSeek-R1 cells at M >= 128
+     * where they apply (bench/hopper-notes.md, v10), so the plan never picks them unless asked to. */
     int pair_p, pair_q;
 };
 constexpr int kTraceSlots = 16;
@@ -1104,12 +1104,14 @@ int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP
  *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
  * knobs.tile (BFP8_HOPPER_TILE) overrides the choice. */
 Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
-    const TileOverride &forced = knobs.tile;
-    if (forced.set && !forced.swap) {
-        Plan pl = plan_tiling(false, forced.bq, m, n, k, sms, knobs);
+    /* The normal path with weight tiles bq wide, in clusters where asked for and allowed. */
+    auto normal = [&](int bq) {
+        Plan pl = plan_tiling(false, bq, m, n, k, sms, knobs);
         pair_tiles(pl, m, n, sms, knobs);
         return pl;
-    }
+    };
+    const TileOverride &forced = knobs.tile;
+    if (forced.set && !forced.swap) return normal(forced.bq);
     if (m <= 8 || (forced.set && m <= 128)) {
         int bq = 8;
         while (bq < m) bq *= 2;
@@ -1118,9 +1120,7 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs)
     }
     const int64_t waves64 = bfp8_ceil_div(normal_tiles(m, n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(normal_tiles(m, n, 128), sms);
-    Plan pl = plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, knobs);
-    pair_tiles(pl, m, n, sms, knobs);
-    return pl;
+    return normal(2 * waves64 <= 3 * waves128 ? 64 : 128);
 }
 
 /* Output columns [0, whole_columns) come from whole tiles only (see the last-wave split in plan_tiling). */
