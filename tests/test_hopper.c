@@ -424,7 +424,7 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 512, 384, 1024, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_BF16);
     small_case(b, 256, 1000, 256, BFP8_SCALE_FP32, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
     small_case(b, 4096, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Shapes for the 2-CTA clusters (opt-in; gpu-check runs this suite with BFP8_HOPPER_CLUSTER=1 and =Q, and
+    /* Shapes for the 2-CTA clusters (opt-in; gpu-check runs this suite with BFP8_HOPPER_CLUSTER=1, and
      * test_golden_plans checks which plan each gets). Sharing the activation tile: 256 x 1000 above (the last
      * weight tile cut by N, a 40-row box), and here with split K and fp32 output, then with a partial last K block,
      * f16 output and a bf16 bias. Sharing the weight tile: M = 4095 (a last activation tile of 127 rows, loaded
