@@ -377,6 +377,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma_prefetch_map(&maps.q);
             tma_prefetch_map(&maps.sa);
             const uint32_t peer_free_remote = CLUSTER ? cluster_peer_addr(peer_free0, rank ^ 1) : 0;
+            /* CLUSTER, before a refill of stage st: this CTA's consumers have released it; tell the other CTA's
+             * producer, and wait for the same news from it (one arrival per refill on a count-1 barrier: the parity
+             * is that of the empty barrier). */
+            auto peer_handshake = [&](int st, uint32_t ph) {
+                mbar_arrive_remote(peer_free_remote + 8 * st);
+                mbar_wait(peer_free0 + 8 * st, ph ^ 1);
+            };
             /* A unit's boxes: the smaller one for a last tile that the matrix ends inside. */
             auto p_last = [&](const Unit &unit) { return p.p_last_rows && unit.pt == p.p_tiles - 1; };
             auto q_last = [&](const Unit &unit) { return p.q_last_rows && unit.qt == p.q_tiles - 1; };
@@ -444,17 +451,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const uint32_t tile = tiles_u32 + stage * C::kStageBytes;
                     if (issued >= early_stages) {
                         mbar_wait(empty0 + 8 * stage, phase ^ 1);
-                        if (CLUSTER && issued >= kStages) {
-                            /* A refill writes half of the shared tile into the other CTA too: tell its producer that
-                             * this CTA's consumers have released the stage, and wait for the same news from it (one
-                             * arrival per refill on a count-1 barrier: the parity is that of the empty barrier). The
-                             * first fill of each stage needs neither (all start free). Kept out of the consumer loop,
-                             * whose code is then that of the plain kernel: consumer warps arriving on both CTAs'
-                             * barriers made the loop branch and the cluster kernels up to 38% slower
-                             * (bench/hopper-notes.md, v10). */
-                            mbar_arrive_remote(peer_free_remote + 8 * stage);
-                            mbar_wait(peer_free0 + 8 * stage, phase ^ 1);
-                        }
+                        /* A refill writes half of the shared tile into the other CTA too; the first fill of each stage
+                         * needs no handshake (all start free). Kept out of the consumer loop, whose code is then that
+                         * of the plain kernel: consumer warps arriving on both CTAs' barriers made the loop branch and
+                         * the cluster kernels up to 38% slower (bench/hopper-notes.md, v10). */
+                        if (CLUSTER && issued >= kStages) peer_handshake(stage, phase);
                         mbar_arrive_expect_tx(full, stage_bytes(unit));
                         load_weight(tile, full, unit, kb);
                     }
@@ -476,8 +477,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int i = 0; i < kStages; i++, issued++) {
                     if (issued >= kStages) {
                         mbar_wait(empty0 + 8 * stage, phase ^ 1);
-                        mbar_arrive_remote(peer_free_remote + 8 * stage);
-                        mbar_wait(peer_free0 + 8 * stage, phase ^ 1);
+                        peer_handshake(stage, phase);
                     }
                     if (++stage == kStages) {
                         stage = 0;
@@ -1243,9 +1243,9 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
     }
     if (CLUSTER) {
         /* The CTAs of a cluster run on SMs of one GPC: a persistent grid of more clusters than fit at once would
-         * leave the rest for a second wave. Their count depends on the device only (one CTA per SM). */
-        /* Cached for the process (a race only queries twice): a cap from another device with fewer SMs would only
-         * shorten the grid here, never break it (the units are walked with the grid's stride). */
+         * leave the rest for a second wave. Their count depends on the device only (one CTA per SM); cached for the
+         * process (a race only queries twice): a cap from another device with fewer SMs would only shorten the grid
+         * here, never break it (the units are walked with the grid's stride). */
         static int max_clusters = 0;
         if (!max_clusters) {
             const KernelLaunch query(grid, kThreads, smem, stream, false, 2);
@@ -1471,12 +1471,12 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.pair_p = pl.pair_p;
     hp.pair_q = pl.pair_q;
     /* Clusters: the shared operand's map with a box of half its tile (each CTA multicasts one half). */
-    if (pl.pair_q == 2)
-        BFP8_TRY(encode_map(&maps.half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, kBP / 2, true,
-                            "P (half tile)"));
-    if (pl.pair_p == 2)
-        BFP8_TRY(encode_map(&maps.half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK,
-                            (uint32_t)pl.bq / 2, true, "Q (half tile)"));
+    if (pl.pair_p * pl.pair_q == 2) {
+        const bool share_p = pl.pair_q == 2;
+        BFP8_TRY(encode_map(&maps.half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, share_p ? p_mat : q_mat,
+                            share_p ? p_rows : q_rows, k, k, kBK, (uint32_t)(share_p ? kBP : pl.bq) / 2, true,
+                            share_p ? "P (half tile)" : "Q (half tile)"));
+    }
     hp.y_vec = (n % 8 == 0) && ((uintptr_t)args->y % 16 == 0);
     hp.y_tma = !pl.swap && pl.splits == 1 && hp.y_vec && args->y_dtype != BFP8_DTYPE_F32 && tma_store_enabled();
     if (hp.y_tma)
