@@ -1,9 +1,11 @@
 #!/bin/bash
 # The one-call GPU check: build, GPU unit tests, compute-sanitizer (memcheck + racecheck), the SASS of the CUDA
 # kernels, the cuBLASLt limits probe and the DeepSeek-R1 GEMM benchmark (`blockfp8 bench`, every CUDA backend
-# against cuBLASLt in the same run; cuda_generic once more with the dirty flush, for the Triton anchor). Logs and
-# JSON go under OUTDIR; a short summary table is printed last.
+# against cuBLASLt in the same run; cuda_generic once more with the dirty flush, beside a Triton block-FP8 kernel
+# timed the same way: bench/triton_baseline.py). Logs and JSON go under OUTDIR; a short summary table is printed last.
 #   scripts/gpu-check.sh OUTDIR
+# GPU_CHECK_ONLY="build bench-dirty triton" runs only the named steps (names as in the summary); GPU_CHECK_QUICK=1
+# is "build test_cuda sanitizer sass", a re-check that spends little device time.
 # On a machine without cJSON installed, headers and library can be carried in build/deps/{include,lib}
 # (copies of /usr/include/cjson/cJSON.h and libcjson.so*): the script points the compiler there.
 set -u
@@ -14,8 +16,11 @@ export PATH="$PATH:/usr/local/cuda/bin"
 jobs=$(nproc 2>/dev/null || echo 8)
 declare -A status
 
-step() { # name, command...: runs, records pass/fail, keeps going
+only=${GPU_CHECK_ONLY:-}
+[ "${GPU_CHECK_QUICK:-0}" = 1 ] && only="build test_cuda sanitizer sass"
+step() { # name, command...: runs, records pass/fail, keeps going (skipped when GPU_CHECK_ONLY leaves it out)
     local name=$1; shift
+    case " ${only:-$name} " in *" $name "*) ;; *) return 0 ;; esac
     local t0=$(date +%s)
     if "$@"; then status[$name]="pass"; else status[$name]="FAIL"; fi
     status[$name]="${status[$name]} ($(( $(date +%s) - t0 ))s)"
@@ -42,9 +47,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 
 # --- GPU unit tests (the whole suite; test_cuda must not skip here) -------------------------------------------------
 export BFP8_REQUIRE_CUDA=1
-# GPU_CHECK_QUICK=1: build, test_cuda and the sanitizers only (a re-check that spends little device time).
-quick=${GPU_CHECK_QUICK:-0}
-[ "$quick" = 1 ] || step unit-suite sh tests/run-unit.sh build >>"$out/unit.log" 2>&1
+step unit-suite sh tests/run-unit.sh build >>"$out/unit.log" 2>&1
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
 # hopper's plans that its heuristic picks for some shapes only, each forced on every case: the decode split of only
 # the last wave's tiles, each tiling (normal path with 64/128-wide weight tiles, swapped while M <= 128, swapped with
@@ -103,21 +106,24 @@ sass() {
 step sass sass >>"$out/build.log" 2>&1
 
 # --- cuBLASLt limits probe and the benchmark ---------------------------------------------------------------------------
-[ "$quick" = 1 ] || step probe build/cuda_probe >"$out/probe.log" 2>&1
+step probe build/cuda_probe >"$out/probe.log" 2>&1
 # The project's benchmark command (tools/bench.c): every CUDA backend, cuBLASLt as the baseline ratio.
-[ "$quick" = 1 ] || step bench timeout 300 build/blockfp8 bench --device cuda --backend all --baseline cublaslt \
+step bench timeout 300 build/blockfp8 bench --device cuda --backend all --baseline cublaslt \
     --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --json "$out/bench.json" >"$out/bench.log" 2>"$out/bench.err"
-# cuda_generic against the Triton anchor of shared/BENCHMARKS.md (issue 4) is compared with the dirty flush, the
-# slower one for us, since the anchor's flush is unknown (bench/RESULTS.md, "The L2 flush"). The comparison itself
-# needs shared/, which a GPU machine may lack: scripts/compare-anchors.py OUTDIR/bench-dirty.json, run where it is.
-[ "$quick" = 1 ] || step bench-dirty timeout 300 build/blockfp8 bench --device cuda --backend cuda_generic \
+# cuda_generic against Triton (issue 4) with the dirty flush, the slower one for us and the one PyTorch's zero_()
+# flushes leave (bench/RESULTS.md, "The L2 flush"): against a Triton block-FP8 kernel timed in this run by the same
+# method (bench/triton_baseline.py, needs torch and triton), and against the Triton anchor of shared/BENCHMARKS.md
+# where shared/ is here (scripts/compare-anchors.py OUTDIR/bench-dirty.json).
+step bench-dirty timeout 300 build/blockfp8 bench --device cuda --backend cuda_generic \
     --baseline cublaslt --l2 dirty --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 \
     --json "$out/bench-dirty.json" >"$out/bench-dirty.log" 2>&1
+step triton env PYTHONUNBUFFERED=1 timeout 420 python3 bench/triton_baseline.py --l2 dirty --json "$out/triton-dirty.json" \
+    >"$out/triton-dirty.log" 2>&1
 
 # --- summary (printed last) -------------------------------------------------------------------------------------------
 echo "================ gpu-check summary ($(date -u +%FT%TZ), commit ${BFP8_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
 head -2 "$out/unit.log" | tail -1
-for s in build unit-suite test_cuda variants sanitizer sass probe bench bench-dirty; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
+for s in build unit-suite test_cuda variants sanitizer sass probe bench bench-dirty triton; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
 echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
 echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
 echo "-- test_hopper with each forced plan:"
@@ -139,6 +145,12 @@ echo "-- bench (bf16 out, median µs with the L2 flushed; ratio = cuBLASLt time 
           for (i = 1; i <= n; i++) { printf "  %s", order[i]
               for (j = 1; j <= nb; j++) printf " %10s %7s", t[order[i], bk[j]], r[order[i], bk[j]]; print "" } }' "$out/bench.log"
 grep '^# ' "$out/bench.log" 2>/dev/null | grep -E 'geomean|summary' | sed 's/^/  /'
+if [ -f "$out/bench-dirty.json" ] && [ -f "$out/triton-dirty.json" ]; then
+    echo "-- cuda_generic vs triton, same run (dirty flush; the cells where triton is faster, then the count):"
+    python3 scripts/compare-anchors.py "$out/bench-dirty.json" --against "$out/triton-dirty.json" |
+        awk -F'|' '/^\| [0-9]/ && $7 + 0 < 1' | sed 's/^/  /'
+    python3 scripts/compare-anchors.py "$out/bench-dirty.json" --against "$out/triton-dirty.json" | tail -1 | sed 's/^/  /'
+fi
 anchors=../shared/BENCHMARKS.md
 if [ -f "$out/bench-dirty.json" ] && [ -f "$anchors" ]; then
     echo "-- cuda_generic vs the triton anchor (dirty flush):"
