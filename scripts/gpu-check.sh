@@ -147,9 +147,9 @@ echo "-- bench (bf16 out, median µs with the L2 flushed; ratio = cuBLASLt time 
 grep '^# ' "$out/bench.log" 2>/dev/null | grep -E 'geomean|summary' | sed 's/^/  /'
 if [ -f "$out/bench-dirty.json" ] && [ -f "$out/triton-dirty.json" ]; then
     echo "-- cuda_generic vs triton, same run (dirty flush; the cells where triton is faster, then the count):"
-    python3 scripts/compare-anchors.py "$out/bench-dirty.json" --against "$out/triton-dirty.json" |
-        awk -F'|' '/^\| [0-9]/ && $7 + 0 < 1' | sed 's/^/  /'
-    python3 scripts/compare-anchors.py "$out/bench-dirty.json" --against "$out/triton-dirty.json" | tail -1 | sed 's/^/  /'
+    python3 scripts/compare-anchors.py "$out/bench-dirty.json" --against "$out/triton-dirty.json" >"$out/vs-triton.md"
+    awk -F'|' '/^\| [0-9]/ && $7 + 0 < 1' "$out/vs-triton.md" | sed 's/^/  /'
+    tail -1 "$out/vs-triton.md" | sed 's/^/  /'
 fi
 anchors=../shared/BENCHMARKS.md
 if [ -f "$out/bench-dirty.json" ] && [ -f "$anchors" ]; then
