@@ -342,7 +342,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     /* A split-K reduce launched after this grid may start its launch now (it waits for this grid's completion). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    const int warpgroup = threadIdx.x / 128;
+    /* Through a shuffle from lane 0, so that the compiler knows it is the same across the warp and keeps the
+     * shared-memory addresses derived from it in uniform registers (fewer R2UR moves before each wgmma). */
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     /* The units this CTA walks: from the block index in steps of the grid, or with clusters from the cluster index
      * in steps of the cluster count (both CTAs of a cluster walk the same units, and rank picks each one's tile of
      * a unit's pair). Written out where used: helpers for them changed the other kernels' instruction schedule. */
@@ -366,7 +368,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();
 
     if (warpgroup == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        /* The producer's one active thread needs few registers; the consumers' 240 (232 before v12) give the
+         * 128-wide normal kernel the room that the uniform warpgroup index above costs it (at 232 it spilled). */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         /* An idle producer warp stamps the first stage's arrival (it starts waiting before the load is issued). */
         if (trace && threadIdx.x == 32) {
             mbar_wait(full0, 0);
@@ -487,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
         const int wg = warpgroup - 1; /* which 64 P rows */
         /* The second warpgroup's rows all lie past M: it has nothing to do (see HopperParams::one_consumer). Leaving
          * here, before the loop, keeps the loop's code as it is: a skip inside it, per unit, made the compiler
@@ -501,15 +505,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < BQ / 2; i++) acc[i] = 0.0f;
 
-        /* Four k32 wgmmas of one K block into a fresh partial, committed as one group. */
+        /* Four k32 wgmmas of one K block into a fresh partial, committed as one group. The descriptors are those of
+         * stage 0's tiles plus st * kStageBytes / 16 + 2 * kk in the address field (which never carries: shared
+         * memory is under 256 KB), one add each: rebuilding each from its address (mask, shift, or) and the
+         * warpgroup index in per-thread registers cost M = 512..4096 8-12% (bench/hopper-notes.md, v12). */
+        const uint64_t p_desc0 = smem_desc(tiles_u32 + wg * 64 * kBK), q_desc0 = smem_desc(tiles_u32 + C::kPBytes);
         auto issue = [&](float(&acc)[BQ / 2], int st) {
-            const uint32_t tile = tiles_u32 + st * C::kStageBytes;
-            const uint32_t p_addr = tile + wg * 64 * kBK;
-            const uint32_t q_addr = tile + C::kPBytes;
+            const uint32_t stage_off = (uint32_t)st * (C::kStageBytes >> 4);
+            const uint64_t p_desc = p_desc0 + stage_off, q_desc = q_desc0 + stage_off;
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < kBK / 32; kk++)
-                bfp8_wgmma<BQ>::run(acc, smem_desc(p_addr + kk * 32), smem_desc(q_addr + kk * 32), kk);
+            for (int kk = 0; kk < kBK / 32; kk++) bfp8_wgmma<BQ>::run(acc, p_desc + 2 * kk, q_desc + 2 * kk, kk);
             wgmma_commit();
         };
         /* After a wgmma wait: the accumulator's registers count as written here, so the compiler cannot move a
