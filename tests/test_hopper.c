@@ -58,15 +58,16 @@ static void test_caps(const bfp8_backend *b) {
     CHECK(b->gemm != NULL, "gemm hook");
     CHECK(b->caps.device == BFP8_DEVICE_CUDA && b->caps.min_arch == 90 && b->caps.max_arch == 90, "device/arch");
     /* Ranks above cublaslt (30) only where it was measured faster: M <= 64; M > 64 with K <= 7168 where
-     * ceil(M/128) * ceil(N/64) <= 132; M = 65..128 where the normal path splits only its last wave's tiles. Each
-     * rule tested at its edges. */
+     * ceil(M/128) * ceil(N/64) <= 132; M = 65..128 where the normal path splits only its last wave's tiles, or
+     * with K > 7168. Each rule tested at its edges. */
     CHECK(b->caps.priority == 25 && b->priority_for, "priority %d", b->caps.priority);
     if (b->priority_for) {
         bfp8_problem r = {.device = BFP8_DEVICE_CUDA, .arch = 90, .out_dtype = BFP8_DTYPE_BF16};
         const int64_t cases[][4] = {{1, 128, 16, 35},    {16, 32768, 512, 35},  {17, 32768, 512, 35},
                                     {32, 7168, 1535, 35}, {64, 32768, 512, 35},  {64, 36864, 16384, 35},
                                     {65, 32768, 512, 25},  {128, 36864, 7168, 35}, {129, 36864, 7168, 25},
-                                    {65, 8448, 7168, 35}, {65, 8449, 7168, 25},  {128, 7168, 7169, 25},
+                                    {65, 8448, 7168, 35}, {65, 8449, 7168, 25},  {128, 16384, 7168, 25},
+                                    {128, 16384, 7184, 35}, {129, 16384, 7184, 25},
                                     {129, 4224, 2048, 35}, {129, 4225, 2048, 25}, {4096, 7168, 16384, 25}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             r.m = cases[i][0];

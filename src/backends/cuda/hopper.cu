@@ -508,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* Four k32 wgmmas of one K block into a fresh partial, committed as one group. The descriptors are those of
          * stage 0's tiles plus st * kStageBytes / 16 + 2 * kk in the address field (which never carries: shared
          * memory is under 256 KB), one add each: rebuilding each from its address (mask, shift, or) and the
-         * warpgroup index in per-thread registers cost M = 512..4096 8-12% (bench/hopper-notes.md, v12). */
+         * warpgroup index in per-thread registers cost M = 512..4096 5-12% (bench/hopper-notes.md, v12). */
         const uint64_t p_desc0 = smem_desc(tiles_u32 + wg * 64 * kBK), q_desc0 = smem_desc(tiles_u32 + C::kPBytes);
         auto issue = [&](float(&acc)[BQ / 2], int st) {
             const uint32_t stage_off = (uint32_t)st * (C::kStageBytes >> 4);
@@ -1551,17 +1551,19 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
 }
 
 /* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run tables): every M <= 64 cell
- * (swapped: 1.25-1.92x at M = 1, 1.10-1.45x at M = 8; the normal path with one consumer warpgroup: 1.11-1.40x at
- * M = 16, 1.01-1.80x at M = 17, 24, 32, 1.04-1.32x at M = 64 on the eight shapes, the closest 32768x512 at M = 32);
- * above M = 64, with K <= 7168, where the normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs
- * (M=128 with N <= 7168, M=512 with N=2112: few tiles, which cuBLASLt's fixed tiling leaves on idle SMs); and
- * M = 65..128 where the normal path splits only its last wave's tiles (36864x7168 at M=100 / 128: 1.06x / 1.05x).
- * Elsewhere cuBLASLt (priority 30) is faster, so hopper ranks below it and serves only what cuBLASLt declines. */
+ * (swapped at M <= 8, the normal path with one consumer warpgroup at M = 9..64); above M = 64, with K <= 7168, where
+ * the normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with
+ * N=2112: few tiles, which cuBLASLt's fixed tiling leaves on idle SMs); M = 65..128 where the normal path splits only
+ * its last wave's tiles (36864x7168 at M=128: 1.03x); and M = 65..128 with K > 7168 (M=128 7168x16384 / 7168x18432:
+ * 1.06x / 1.04x, v12). At M = 512 and 4096 with K >= 7168 the two are within 1-2% either way since v12 (0.99-1.02x
+ * in one run, the sign changing between runs), so cuBLASLt, the vendor path, keeps them; with K <= 2048 cuBLASLt is
+ * faster (0.85-0.99x). There cuBLASLt (priority 30) ranks above hopper (25), which serves what it declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     if (p->m <= 64) return 35;
     if (p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
     if (p->m <= 128) {
+        if (p->k > 7168) return 35;
         const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
         if (!pl.swap && pl.whole_units > 0) return 35;
     }
