@@ -377,7 +377,8 @@ typedef enum bfp8_l2_flush {
                           call pays to write back as it evicts them (a flush by writing, e.g. PyTorch's zero_()) */
 } bfp8_l2_flush;
 /* Times fn(ctx) with CUDA events on `stream`: `warmup` untimed calls, then `iters` timed calls, each preceded by
- * the `flush`. times_us[i] receives each call's time in microseconds. */
+ * the `flush` and a ~100 us GPU spin (BFP8_CUDA_TIME_HOLD_CYCLES clock cycles, default 200000; 0: none), so that
+ * enqueueing a call never shows in its time. times_us[i] receives each call's time in microseconds. */
 bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bfp8_l2_flush flush,
                            void *stream, double *times_us);
 /* Same contract and bytes as bfp8_quantize_act, with x, q and scales->data in device memory. nonfinite, if not

@@ -131,6 +131,25 @@ static void check_memory_api(void) {
     CHECK(time_noop_calls == 11, "bfp8_cuda_time called fn %g times, expected 11", time_noop_calls);
     CHECK_STATUS(bfp8_cuda_time(noop, NULL, 0, 1, (bfp8_l2_flush)7, NULL, times), BFP8_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(bfp8_cuda_time(noop, NULL, 0, 0, BFP8_L2_KEEP, NULL, times), BFP8_ERR_INVALID_ARGUMENT);
+    /* The hold before each timed call: 0 is none; a value that is not a cycle count is an error, not ignored. */
+    const char *hold_was = getenv("BFP8_CUDA_TIME_HOLD_CYCLES");
+    char hold_saved[64] = "";
+    if (hold_was) snprintf(hold_saved, sizeof hold_saved, "%s", hold_was);
+    setenv("BFP8_CUDA_TIME_HOLD_CYCLES", "0", 1);
+    CHECK_OK(bfp8_cuda_time(noop, NULL, 0, 2, BFP8_L2_KEEP, NULL, times));
+    setenv("BFP8_CUDA_TIME_HOLD_CYCLES", "2000000", 1); /* ~1 ms at 2 GHz: the hold is inside neither event */
+    CHECK_OK(bfp8_cuda_time(noop, NULL, 0, 2, BFP8_L2_KEEP, NULL, times));
+    CHECK(times[0] < 500 && times[1] < 500, "a timed no-op took %g / %g us: the hold is inside the events", times[0],
+          times[1]);
+    const char *bad[] = {"", "12x", "-1", "99999999999"};
+    for (int i = 0; i < 4; i++) {
+        setenv("BFP8_CUDA_TIME_HOLD_CYCLES", bad[i], 1);
+        CHECK_STATUS(bfp8_cuda_time(noop, NULL, 0, 1, BFP8_L2_KEEP, NULL, times), BFP8_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(bfp8_last_error(), "BFP8_CUDA_TIME_HOLD_CYCLES") != NULL, "error for '%s': %s", bad[i],
+              bfp8_last_error());
+    }
+    if (hold_was) setenv("BFP8_CUDA_TIME_HOLD_CYCLES", hold_saved, 1);
+    else unsetenv("BFP8_CUDA_TIME_HOLD_CYCLES");
     int arch = bfp8_cuda_current_arch();
     printf("device: sm_%d\n", arch);
     CHECK(arch >= 50, "arch %d", arch);

@@ -51,6 +51,8 @@ int bfp8_cuda_generic_launch(const bfp8_cuda_gemm_desc *d, const bfp8_cuda_gemm_
 int bfp8_cuda_launch_fill(void *ptr, size_t bytes, unsigned value, void *stream);
 /* Reads `bytes` (a multiple of 16) of device memory through a kernel (the clean L2 flush); sink is a device word. */
 int bfp8_cuda_launch_read(const void *ptr, size_t bytes, unsigned *sink, void *stream);
+/* Keeps the GPU busy for `cycles` clock cycles (one spinning thread): bfp8_cuda_time's hold before each timed call. */
+int bfp8_cuda_launch_hold(long long cycles, void *stream);
 
 #ifdef __cplusplus
 }

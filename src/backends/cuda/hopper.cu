@@ -86,8 +86,8 @@ struct HopperParams {
     float *workspace; /* [splits][m][n] when splits > 1 */
     int y_vec;        /* y 16-byte aligned and n % 8 == 0: whole 16-byte chunks of output rows */
     int y_tma;        /* normal path, no split, 16-bit output, y_vec: the epilogue stores through TMA (maps.y) */
-    /* Builds with HOPPER_TRACE=1 and BFP8_HOPPER_TRACE=1 set: per CTA kTraceSlots %globaltimer stamps (ns):
-     * start, first stage full, end of each unit (the first kTraceSlots - 2). NULL: no stamps. */
+    /* Builds with HOPPER_TRACE=1 and BFP8_HOPPER_TRACE=1 set: per CTA kTraceSlots %globaltimer stamps (ns), in
+     * the order of TraceSlot. NULL: no stamps. */
     unsigned long long *trace;
     /* Launched as a programmatic dependent of the kernel that wrote the activations (bfp8_linear's quantization):
      * the first stages' weight tiles are requested before waiting for that kernel. */
@@ -118,6 +118,10 @@ struct HopperParams {
      * where they apply (bench/hopper-notes.md, v10), so the plan never picks them unless asked to. */
     int pair_p, pair_q;
 };
+/* The stamps of a trace build, per CTA: its start; the barriers initialized and the CTA synchronized; the first
+ * stage's loads issued (the producer's thread); the first stage landed; then the end of each unit, up to
+ * kTraceSlots - kTraceUnitEnd of them. */
+enum TraceSlot { kTraceStart, kTraceSynced, kTraceFirstIssued, kTraceFirstStage, kTraceUnitEnd };
 constexpr int kTraceSlots = 16;
 
 /* The kernel's TMA descriptors, one kernel parameter (__grid_constant__: TMA reads them from parameter space). */
@@ -350,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1)
      * a unit's pair). Written out where used: helpers for them changed the other kernels' instruction schedule. */
     const int rank = CLUSTER ? (int)cluster_ctarank() : 0;
     unsigned long long *trace = kTraceBuild && p.trace ? p.trace + (size_t)blockIdx.x * kTraceSlots : nullptr;
-    if (trace && threadIdx.x == 0) trace[0] = global_ns();
+    if (trace && threadIdx.x == 0) trace[kTraceStart] = global_ns();
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
             mbar_init(full0 + 8 * s, 1);
@@ -366,6 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         cluster_sync_relaxed(); /* the other CTA's barriers exist before anything arrives on them or loads into it */
     else
         __syncthreads();
+    if (trace && threadIdx.x == 0) trace[kTraceSynced] = global_ns();
 
     if (warpgroup == 0) {
         /* The producer's one active thread needs few registers; the consumers' 240 (232 before v12) give the
@@ -374,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* An idle producer warp stamps the first stage's arrival (it starts waiting before the load is issued). */
         if (trace && threadIdx.x == 32) {
             mbar_wait(full0, 0);
-            trace[1] = global_ns();
+            trace[kTraceFirstStage] = global_ns();
         }
         if (threadIdx.x == 0) {
             tma_prefetch_map(&maps.p);
@@ -468,6 +473,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     else
                         load_p(tile, full, unit, kb);
                     tma_load_2d(smem_u32(scales + stage * (C::kScaleSlot / 4)), &maps.sa, act_row0, kb, full);
+                    if (trace && issued == 0) trace[kTraceFirstIssued] = global_ns();
                     if (++stage == kStages) {
                         stage = 0;
                         phase ^= 1;
@@ -796,7 +802,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                 }
             }
-            if (trace && wg == 0 && t == 0 && units_done < kTraceSlots - 2) trace[2 + units_done] = global_ns();
+            if (trace && wg == 0 && t == 0 && units_done < kTraceSlots - kTraceUnitEnd)
+                trace[kTraceUnitEnd + units_done] = global_ns();
             units_done++;
         }
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all(); /* the last stores complete before the CTA exits */
@@ -1363,8 +1370,8 @@ bool trace_column(const unsigned long long *tr, int grid, int slot, unsigned lon
     return true;
 }
 
-/* Waits for the call, then prints where its time went: CTA starts, the first stage's arrival, and unit ends
- * (median / latest over the CTAs, us after the first CTA started). */
+/* Waits for the call, then prints where its time went: the stamps of TraceSlot (median / latest over the CTAs, us
+ * after the first CTA started). */
 bfp8_status trace_report(const unsigned long long *trace_d, int grid, int64_t m, int64_t n, int64_t k,
                          cudaStream_t stream) {
     const size_t bytes = (size_t)grid * kTraceSlots * sizeof(unsigned long long);
@@ -1381,12 +1388,13 @@ bfp8_status trace_report(const unsigned long long *trace_d, int grid, int64_t m,
     fprintf(stderr, "[bfp8 hopper trace] M=%lld N=%lld K=%lld grid=%d (us after the first CTA start, median/latest):",
             (long long)m, (long long)n, (long long)k, grid);
     double med, max;
+    static const char *const names[kTraceUnitEnd] = {"start", "synced", "first-issued", "first-stage"};
     for (int slot = 0; slot < kTraceSlots; slot++) {
         if (!trace_column(tr, grid, slot, t0, &med, &max)) continue;
-        if (slot < 2)
-            fprintf(stderr, " %s %.2f/%.2f", slot == 0 ? "start" : "first-stage", med, max);
+        if (slot < kTraceUnitEnd)
+            fprintf(stderr, " %s %.2f/%.2f", names[slot], med, max);
         else
-            fprintf(stderr, " unit%d-end %.2f/%.2f", slot - 2, med, max);
+            fprintf(stderr, " unit%d-end %.2f/%.2f", slot - kTraceUnitEnd, med, max);
     }
     fprintf(stderr, "\n");
     free(tr);

@@ -109,6 +109,13 @@ __global__ void read_kernel(const uint4 *p, size_t n16, unsigned *sink) {
     }
     if (acc == 0x9E3779B9u) *sink = acc;
 }
+
+/* One thread spinning for `cycles` SM clock cycles (what torch.cuda._sleep does). */
+__global__ void hold_kernel(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
 } // namespace
 
 extern "C" int bfp8_cuda_launch_fill(void *ptr, size_t bytes, unsigned value, void *stream) {
@@ -121,5 +128,10 @@ extern "C" int bfp8_cuda_launch_fill(void *ptr, size_t bytes, unsigned value, vo
 
 extern "C" int bfp8_cuda_launch_read(const void *ptr, size_t bytes, unsigned *sink, void *stream) {
     read_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((const uint4 *)ptr, bytes / 16, sink);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int bfp8_cuda_launch_hold(long long cycles, void *stream) {
+    hold_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(cycles);
     return (int)cudaGetLastError();
 }
