@@ -4,7 +4,9 @@
  * `blockfp8 bench --device cuda` times a GEMM: the floor a decode-sized GEMM cannot go under, and the price of
  * each piece a split-K GEMM adds (a memset, a second kernel launched as a programmatic dependent). The read
  * kernel streams a weight-sized buffer with 16-byte loads from one persistent CTA per SM, so its time over bytes
- * is the read rate a GEMM's weight stream can hope for.
+ * is the read rate a GEMM's weight stream can hope for. Since v13 the bench also spins the GPU ~100 us between the
+ * flush and the start event (bfp8_cuda_time's hold), and so does this tool; the figures recorded in v6 and in the
+ * README were measured before that, without it.
  *
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o build/launch_floor bench/launch_floor.cu && build/launch_floor
  */
@@ -91,6 +93,13 @@ __global__ void tile_read_kernel(const uint4 *w, int64_t k, int tiles, int kbloc
     if (acc == 0x12345678u) *sink = acc;
 }
 
+/* One thread spinning for `cycles` clock cycles: bfp8_cuda_time's hold before the start event. */
+__global__ void hold_kernel(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
 struct Ctx {
     cudaStream_t s;
     int sms;
@@ -104,6 +113,7 @@ template <typename F> double median_us(const Ctx &c, const uint4 *flush, size_t 
     for (int i = 0; i < 5; i++) work();
     for (int i = 0; i < iters; i++) {
         read_kernel<<<c.sms * 4, 512, 0, c.s>>>(flush, flush16, (unsigned *)c.sink);
+        hold_kernel<<<1, 1, 0, c.s>>>(200000);
         CK(cudaEventRecord(ev[2 * i], c.s));
         work();
         CK(cudaEventRecord(ev[2 * i + 1], c.s));
