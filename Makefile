@@ -107,7 +107,16 @@ $(BUILD)/obj/%.o: %.c include/blockfp8.h src/internal.h $(wildcard src/*.h src/b
 
 # ptxas's resource report is kept beside each object (what tests/ptxas-check.sh reads); everything else it prints
 # still reaches the terminal.
-$(CUDA_OBJDIR)/%.o: src/backends/cuda/%.cu include/blockfp8.h src/internal.h $(wildcard src/backends/cuda/*.cuh src/backends/cuda/*.h)
+# The nvcc flags are kept in a file that changes only when they do, and every CUDA object depends on it: a plain
+# `make` after `make HOPPER_TRACE=1` (or the other way round) rebuilds the objects instead of reusing the other kind.
+CUDA_FLAGS_STAMP := $(CUDA_OBJDIR)/nvcc-flags
+$(CUDA_FLAGS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(NVCC) $(NVCCFLAGS)' | cmp -s - $@ || echo '$(NVCC) $(NVCCFLAGS)' > $@
+.PHONY: FORCE
+FORCE:
+
+$(CUDA_OBJDIR)/%.o: src/backends/cuda/%.cu include/blockfp8.h src/internal.h $(wildcard src/backends/cuda/*.cuh src/backends/cuda/*.h) $(CUDA_FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2>$(@:.o=.ptxas.log); st=$$?; \
 	    grep -vE '^ptxas info|bytes stack frame' $(@:.o=.ptxas.log) >&2; exit $$st

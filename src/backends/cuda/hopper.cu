@@ -118,11 +118,27 @@ struct HopperParams {
      * where they apply (bench/hopper-notes.md, v10), so the plan never picks them unless asked to. */
     int pair_p, pair_q;
 };
-/* The stamps of a trace build, per CTA: its start; the barriers initialized and the CTA synchronized; the first
- * stage's loads issued (the producer's thread); the first stage landed; then the end of each unit, up to
- * kTraceSlots - kTraceUnitEnd of them. */
-enum TraceSlot { kTraceStart, kTraceSynced, kTraceFirstIssued, kTraceFirstStage, kTraceUnitEnd };
-constexpr int kTraceSlots = 16;
+/* The stamps of a trace build, per CTA: its start; the barriers initialized and the CTA synchronized; in the
+ * producer's thread: the maps prefetched, griddepcontrol.wait passed, the first weight box and then the whole first
+ * stage issued; the first stage landed; the steps of the second unit's 16-bit epilogue (the previous store has read
+ * its buffer, the first barrier, the fragment packed, the second barrier); then, for each of the first kTraceUnits
+ * units, when its last block was promoted (its epilogue starts) and when its epilogue was done. */
+enum TraceSlot {
+    kTraceStart,
+    kTraceSynced,
+    kTracePrefetched,
+    kTraceDepWaited,
+    kTraceFirstWeightIssued,
+    kTraceFirstIssued,
+    kTraceFirstStage,
+    kTraceEpiStoreRead,
+    kTraceEpiSync1,
+    kTraceEpiPacked,
+    kTraceEpiSync2,
+    kTraceUnits0
+};
+constexpr int kTraceUnits = 6;
+constexpr int kTraceSlots = kTraceUnits0 + 2 * kTraceUnits;
 
 /* The kernel's TMA descriptors, one kernel parameter (__grid_constant__: TMA reads them from parameter space). */
 struct TensorMaps {
@@ -333,7 +349,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     static_assert(128 % BQ == 0, "a tile's weight rows lie inside one 128-row weight block (one scale per K block)");
 
     extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    /* Rounded up to 1024 bytes (the 128-byte swizzle's atom) by an offset from smem_raw, not by masking its address:
+     * a pointer derived from smem_raw stays in the shared address space, so the scale reads and the epilogue's
+     * stores compile to LDS / STS; through an integer cast they were generic LD / ST. Measured (v14): K <= 2048 at
+     * M >= 512 5% faster, K >= 7168 there 1.3% slower (the main loop's instruction schedule moved). */
+    uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     uint8_t *tiles = smem;
     uint8_t *out_stage = smem + kStages * C::kStageBytes; /* 1024-aligned: TMA-store source */
     float *scales = (float *)(out_stage + C::kOutBytes);
@@ -356,6 +376,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned long long *trace = kTraceBuild && p.trace ? p.trace + (size_t)blockIdx.x * kTraceSlots : nullptr;
     if (trace && threadIdx.x == 0) trace[kTraceStart] = global_ns();
     if (threadIdx.x == 0) {
+        /* First thing: the producer's first TMA load issues ~0.85 us after these requests, whenever they are made
+         * (trace build, bench/hopper-notes.md v14), so they go out before the barriers are set up. Moved here from
+         * after setmaxnreg: that load now issues ~0.1 us sooner, too little to show in a call's time. */
+        tma_prefetch_map(&maps.p);
+        tma_prefetch_map(&maps.q);
+        tma_prefetch_map(&maps.sa);
+        if (trace) trace[kTracePrefetched] = global_ns();
         for (int s = 0; s < kStages; s++) {
             mbar_init(full0 + 8 * s, 1);
             /* One arrival per consumer warp: 256 per-thread arrivals on one barrier per K block cost shared-memory
@@ -382,9 +409,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             trace[kTraceFirstStage] = global_ns();
         }
         if (threadIdx.x == 0) {
-            tma_prefetch_map(&maps.p);
-            tma_prefetch_map(&maps.q);
-            tma_prefetch_map(&maps.sa);
             const uint32_t peer_free_remote = CLUSTER ? cluster_peer_addr(peer_free0, rank ^ 1) : 0;
             /* CLUSTER, before a refill of stage st: this CTA's consumers have released it; tell the other CTA's
              * producer, and wait for the same news from it (one arrival per refill on a count-1 barrier: the parity
@@ -450,6 +474,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             /* The activations may come from the previous kernel of the stream: wait for it (a no-op unless this
              * grid was launched as its programmatic dependent). */
             asm volatile("griddepcontrol.wait;\n" ::: "memory");
+            if (trace) trace[kTraceDepWaited] = global_ns();
             int stage = 0, issued = 0;
             uint32_t phase = 0;
             for (int u = CLUSTER ? blockIdx.x / 2 : blockIdx.x; u < p.units; u += CLUSTER ? gridDim.x / 2 : gridDim.x) {
@@ -467,6 +492,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         if (CLUSTER && issued >= kStages) peer_handshake(stage, phase);
                         mbar_arrive_expect_tx(full, stage_bytes(unit));
                         load_weight(tile, full, unit, kb);
+                        if (trace && issued == 0) trace[kTraceFirstWeightIssued] = global_ns();
                     }
                     if (SWAP)
                         load_q(tile, full, unit, kb);
@@ -665,6 +691,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
 
+            if (trace && wg == 0 && t == 0 && units_done < kTraceUnits)
+                trace[kTraceUnits0 + 2 * units_done] = global_ns();
             /* Epilogue: element i of the fragment is P row 16*warp + lane/4 + 8*((i/2)%2) of this warpgroup's 64,
              * Q column 8*(i/4) + 2*(lane%4) + i%2. Staged through shared memory so that global stores are whole
              * 16-byte chunks of output rows; the producer keeps loading the next unit meanwhile. */
@@ -686,31 +714,59 @@ __global__ void __launch_bounds__(kThreads, 1)
                  * boxes of [64][64] with the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8):
                  * conflict-free here, and what the TMA expects), and one thread stores them with TMA while the
                  * warpgroup moves on to the next unit; otherwise padded rows, copied out in 16-byte chunks. */
+                /* Stamps of the second unit's steps (trace builds). */
+                const bool stamp_steps = trace && wg == 0 && t == 0 && units_done == 1;
                 if (p.y_tma && t == 0) bulk_wait_read_all(); /* the previous unit's store has read the buffer */
+                if (stamp_steps) trace[kTraceEpiStoreRead] = global_ns();
                 named_barrier_sync(1 + wg); /* ... and (staged) the previous unit's copy-out is done */
-#pragma unroll
-                for (int j = 0; j < BQ / 8; j++) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int r = warp * 16 + lane / 4 + 8 * h, c = 8 * j + 2 * (lane % 4);
+                if (stamp_steps) trace[kTraceEpiSync1] = global_ns();
+                /* Elements 4j + 2h and 4j + 2h + 1 go to row r = 16*warp + lane/4 + 8h, columns c = 8j + 2*(lane%4)
+                 * and c + 1. The per-thread part of the address is computed once: the swizzled chunk of column c,
+                 * (c % 64) / 8 ^ r % 8, is (j % 8) ^ lane / 4, so each store adds only a constant and one xor. The
+                 * output type and the layout are chosen outside the loops (per element they cost twice the
+                 * conversions and the address arithmetic of both layouts). */
+                const int row0 = warp * 16 + lane / 4;
+                auto pack_all = [&](auto bf16) {
+                    auto pack = [&](int j, int h) {
                         const float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
                         uint32_t packed;
-                        if (p.y_dtype == 1) {
+                        if constexpr (decltype(bf16)::value) {
                             __nv_bfloat162 b2 = __floats2bfloat162_rn(v0, v1);
                             memcpy(&packed, &b2, 4);
                         } else {
                             __half2 h2 = __floats2half2_rn(v0, v1);
                             memcpy(&packed, &h2, 4);
                         }
-                        const int cc = c % 64;
-                        const int off = p.y_tma ? (c / 64) * 8192 + r * 128 + (((cc / 8) ^ (r & 7)) << 4) + (cc % 8) * 2
-                                                : r * C::kOutPitch + c * 2;
-                        *(uint32_t *)(stage_out + off) = packed;
+                        return packed;
+                    };
+                    if (p.y_tma) {
+                        uint8_t *base = stage_out + row0 * 128 + 4 * (lane % 4);
+                        const int chunk_xor = (lane / 4) << 4;
+#pragma unroll
+                        for (int j = 0; j < BQ / 8; j++) {
+                            const int chunk = ((j % 8) << 4) ^ chunk_xor;
+#pragma unroll
+                            for (int h = 0; h < 2; h++)
+                                *(uint32_t *)(base + (j / 8) * 8192 + h * 1024 + chunk) = pack(j, h);
+                        }
+                    } else {
+                        uint8_t *base = stage_out + row0 * C::kOutPitch + 4 * (lane % 4);
+#pragma unroll
+                        for (int j = 0; j < BQ / 8; j++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++)
+                                *(uint32_t *)(base + h * 8 * C::kOutPitch + 16 * j) = pack(j, h);
                     }
-                }
+                };
+                if (p.y_dtype == 1)
+                    pack_all(std::true_type());
+                else
+                    pack_all(std::false_type());
+                if (stamp_steps) trace[kTraceEpiPacked] = global_ns();
                 if (p.y_tma) {
                     fence_proxy_async();
                     named_barrier_sync(1 + wg);
+                    if (stamp_steps) trace[kTraceEpiSync2] = global_ns();
                     if (t == 0) {
                         const uint32_t src = smem_u32(stage_out);
 #pragma unroll
@@ -802,8 +858,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                 }
             }
-            if (trace && wg == 0 && t == 0 && units_done < kTraceSlots - kTraceUnitEnd)
-                trace[kTraceUnitEnd + units_done] = global_ns();
+            if (trace && wg == 0 && t == 0 && units_done < kTraceUnits)
+                trace[kTraceUnits0 + 2 * units_done + 1] = global_ns();
             units_done++;
         }
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all(); /* the last stores complete before the CTA exits */
@@ -1388,15 +1444,53 @@ bfp8_status trace_report(const unsigned long long *trace_d, int grid, int64_t m,
     fprintf(stderr, "[bfp8 hopper trace] M=%lld N=%lld K=%lld grid=%d (us after the first CTA start, median/latest):",
             (long long)m, (long long)n, (long long)k, grid);
     double med, max;
-    static const char *const names[kTraceUnitEnd] = {"start", "synced", "first-issued", "first-stage"};
+    static const char *const names[kTraceUnits0] = {
+        "start",       "synced",          "prefetched",   "dep-waited",  "first-weight-issued", "first-issued",
+        "first-stage", "u1-store-read",   "u1-sync1",     "u1-packed",   "u1-sync2"};
     for (int slot = 0; slot < kTraceSlots; slot++) {
         if (!trace_column(tr, grid, slot, t0, &med, &max)) continue;
-        if (slot < kTraceUnitEnd)
+        if (slot < kTraceUnits0)
             fprintf(stderr, " %s %.2f/%.2f", names[slot], med, max);
         else
-            fprintf(stderr, " unit%d-end %.2f/%.2f", slot - kTraceUnitEnd, med, max);
+            fprintf(stderr, " unit%d-%s %.2f/%.2f", (slot - kTraceUnits0) / 2,
+                    (slot - kTraceUnits0) % 2 ? "end" : "epi", med, max);
     }
-    fprintf(stderr, "\n");
+    /* Per-CTA intervals, median over the CTAs (and units): a CTA's own start to its first stage; a unit's main loop
+     * (from the previous unit's end to its epilogue's start; the first unit excluded: it includes the first load's
+     * latency); a unit's epilogue. */
+    double *intervals = (double *)malloc((size_t)grid * kTraceUnits * sizeof(double));
+    auto interval_median = [&](int from, int to, int units) {
+        int count = 0;
+        for (int c = 0; intervals && c < grid; c++) {
+            const unsigned long long *row = tr + (size_t)c * kTraceSlots;
+            for (int u = 0; u < units; u++) {
+                const unsigned long long a = row[from + 2 * u], b = row[to + 2 * u];
+                if (a && b && b >= a) intervals[count++] = (double)(b - a) * 1e-3;
+            }
+        }
+        if (!count) return -1.0;
+        qsort(intervals, (size_t)count, sizeof(double), [](const void *x, const void *y) {
+            const double a = *(const double *)x, b = *(const double *)y;
+            return (a > b) - (a < b);
+        });
+        return intervals[count / 2];
+    };
+    fprintf(stderr, " | per CTA: start-to-first-stage %.2f, main loop %.2f, epilogue %.2f",
+            interval_median(kTraceStart, kTraceFirstStage, 1),
+            interval_median(kTraceUnits0 + 1, kTraceUnits0 + 2, kTraceUnits - 1),
+            interval_median(kTraceUnits0, kTraceUnits0 + 1, kTraceUnits));
+    /* The producer's steps before its first stage, from the CTA's start; the second unit's epilogue steps, from its
+     * start (16-bit outputs on the normal path only). */
+    fprintf(stderr, "; producer: prefetched %.2f dep-waited %.2f weight-issued %.2f stage-issued %.2f",
+            interval_median(kTraceStart, kTracePrefetched, 1), interval_median(kTraceStart, kTraceDepWaited, 1),
+            interval_median(kTraceStart, kTraceFirstWeightIssued, 1),
+            interval_median(kTraceStart, kTraceFirstIssued, 1));
+    const int u1_epi = kTraceUnits0 + 2, u1_end = kTraceUnits0 + 3;
+    fprintf(stderr, "; unit-1 epilogue: store-read %.2f sync1 %.2f packed %.2f sync2 %.2f done %.2f\n",
+            interval_median(u1_epi, kTraceEpiStoreRead, 1), interval_median(u1_epi, kTraceEpiSync1, 1),
+            interval_median(u1_epi, kTraceEpiPacked, 1), interval_median(u1_epi, kTraceEpiSync2, 1),
+            interval_median(u1_epi, u1_end, 1));
+    free(intervals);
     free(tr);
     return BFP8_OK;
 }
