@@ -1657,13 +1657,16 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
  * the normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with
  * N=2112: few tiles, which cuBLASLt's fixed tiling leaves on idle SMs); M = 65..128 where the normal path splits only
  * its last wave's tiles (36864x7168 at M=128: 1.03x); and M = 65..128 with K > 7168 (M=128 7168x16384 / 7168x18432:
- * 1.06x / 1.04x, v12). At M = 512 and 4096 with K >= 7168 the two are within 1-2% either way since v12 (0.99-1.02x
- * in one run, the sign changing between runs), so cuBLASLt, the vendor path, keeps them; with K <= 2048 cuBLASLt is
- * faster (0.85-0.99x). There cuBLASLt (priority 30) ranks above hopper (25), which serves what it declines. */
+ * 1.06x / 1.04x, v12). At M = 512 and 4096 with K <= 1536, and at M=4096 with K=2048, since v14's epilogue
+ * (1.01-1.10x in two clean runs: 32768x512, 24576x1536; 7168x2048 at M=4096 1.03x, at M=512 0.99x). At M = 512 and
+ * 4096 with K >= 7168 the two are within 1-2% either way (0.98-1.02x, the sign changing between runs and versions),
+ * so cuBLASLt, the vendor path, keeps them. There cuBLASLt (priority 30) ranks above hopper (25), which serves what
+ * it declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     if (p->m <= 64) return 35;
     if (p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
+    if (p->m >= 512 && (p->k <= 1536 || (p->m >= 4096 && p->k <= 2048))) return 35;
     if (p->m <= 128) {
         if (p->k > 7168) return 35;
         const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
