@@ -1656,12 +1656,12 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
  * (swapped at M <= 8, the normal path with one consumer warpgroup at M = 9..64); above M = 64, with K <= 7168, where
  * the normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with
  * N=2112: few tiles, which cuBLASLt's fixed tiling leaves on idle SMs); M = 65..128 where the normal path splits only
- * its last wave's tiles (36864x7168 at M=128: 1.03x); and M = 65..128 with K > 7168 (M=128 7168x16384 / 7168x18432:
- * 1.06x / 1.04x, v12). At M = 512 and 4096 with K <= 1536, and at M=4096 with K=2048, since v14's epilogue
- * (1.01-1.10x in two clean runs: 32768x512, 24576x1536; 7168x2048 at M=4096 1.03x, at M=512 0.99x). At M = 512 and
- * 4096 with K >= 7168 the two are within 1-2% either way (0.98-1.02x, the sign changing between runs and versions),
- * so cuBLASLt, the vendor path, keeps them. There cuBLASLt (priority 30) ranks above hopper (25), which serves what
- * it declines. */
+ * its last wave's tiles (36864x7168 at M=128: 1.03x); M = 65..128 with K > 7168 (M=128 7168x16384 / 7168x18432:
+ * 1.06x / 1.04x, v12); and, since v14's epilogue, M >= 512 with K <= 1536 and M >= 4096 with K <= 2048 (1.01-1.10x
+ * in two clean runs on 32768x512 and 24576x1536 at M = 512 and 4096; 7168x2048 1.03x at M=4096, 0.99x at M=512). At
+ * M = 512 and 4096 with K >= 7168 the two are within 1-2% either way (0.98-1.02x, the sign changing between runs
+ * and versions), so cuBLASLt, the vendor path, keeps them. There cuBLASLt (priority 30) ranks above hopper (25),
+ * which serves what it declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     if (p->m <= 64) return 35;
