@@ -31,9 +31,10 @@
  * the matrix is zero-filled by TMA, so a partial last K block is exact; a last tile that the matrix ends inside is
  * loaded with a box cut to the rows that exist (in 8-row groups), and the stale rows past it feed only outputs
  * that are not stored.
- * Inside bfp8_linear the kernel is launched as a programmatic dependent of the activation quantization: the
- * producer requests the first unit's weight tiles at once and waits for that kernel (griddepcontrol.wait) only
- * before it loads activations, so launch and first-byte latency overlap the quantization.
+ * Thread 0 issues the first stages of its CTA's first unit as soon as the barriers exist, before the CTA's barrier.
+ * Inside bfp8_linear the kernel is launched as a programmatic dependent of the activation quantization: those
+ * early loads are the weight tiles of every free stage, and the producer waits for that kernel
+ * (griddepcontrol.wait) only before it loads activations, so launch and first-byte latency overlap the quantization.
  * Opt-in (BFP8_HOPPER_CLUSTER, measured slower): the normal path in 2-CTA clusters whose tiles share one operand's
  * tile, each CTA loading half of it with TMA multicast into both; the two producers tell each other when a stage
  * is free, so the consumer loop is that of the plain kernel (HopperParams::pair_p).
@@ -70,6 +71,10 @@ constexpr int kBP = 128;            /* P rows per tile: two consumer warpgroups 
 constexpr int kThreads = 384;       /* producer warpgroup + two consumer warpgroups */
 constexpr int kMaxSmem = 227 * 1024;
 constexpr int kGroupP = 8; /* rasterization: groups of 8 P tiles walk Q together (L2 reuse) */
+/* Stages of its first unit that a CTA issues at kernel entry (HopperParams::entry_stages). 4 was the best of 0, 2,
+ * 4 and all (v15): 0.7% in geomean over the 48 cells, 2-3% on the decode cells with K <= 2048; 1% slower at M=16
+ * 2112x7168, where all stages at entry were 2-4% slower. */
+constexpr int kEntryStages = 4;
 
 struct HopperParams {
     int64_t m, n, k;
@@ -90,8 +95,11 @@ struct HopperParams {
      * the order of TraceSlot. NULL: no stamps. */
     unsigned long long *trace;
     /* Launched as a programmatic dependent of the kernel that wrote the activations (bfp8_linear's quantization):
-     * the first stages' weight tiles are requested before waiting for that kernel. */
-    int early_weights;
+     * the first stages' weight tiles are requested at entry, the activations after waiting for that kernel. */
+    int dependent;
+    /* Thread 0 issues up to this many of the first unit's stages at entry, weights and activations (when
+     * dependent: the weights of every free stage, whatever this says). 0: the producer loop issues them. */
+    int entry_stages;
     /* Rows of the box that loads the last P (Q) tile when the matrix ends inside it (a multiple of 8, under kBP
      * (BQ)); 0: the whole box. TMA zero-fills rows past the matrix, but not for free: a 128-row activation box
      * with 127 rows past M=129 made every K block ~60% slower (bench/hopper-notes.md, v7). The shared-memory rows
@@ -373,12 +381,67 @@ __global__ void __launch_bounds__(kThreads, 1)
      * in steps of the cluster count (both CTAs of a cluster walk the same units, and rank picks each one's tile of
      * a unit's pair). Written out where used: helpers for them changed the other kernels' instruction schedule. */
     const int rank = CLUSTER ? (int)cluster_ctarank() : 0;
+    /* The producer's loads (thread 0, at entry and in the producer loop). A unit's boxes: the smaller one for a
+     * last tile that the matrix ends inside. */
+    auto p_last = [&](const Unit &unit) { return p.p_last_rows && unit.pt == p.p_tiles - 1; };
+    auto q_last = [&](const Unit &unit) { return p.q_last_rows && unit.qt == p.q_tiles - 1; };
+    /* The weight's loads carry the evict-first hint where it streams through once (the policy is made at each
+     * load: one instruction, and no register kept live into the producer's 24). */
+    auto load = [&](uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t full, bool weight) {
+        if (weight && p.weight_evict_first)
+            tma_load_2d_hint(dst, map, c0, c1, full, l2_policy_evict_first());
+        else
+            tma_load_2d(dst, map, c0, c1, full);
+    };
+    /* With clusters, this CTA loads half of the shared tile (the same tile in both CTAs) into both CTAs, and
+     * the other CTA the other half. */
+    auto load_half = [&](uint32_t dst, int tile_rows, int tile_row0, uint32_t full, int kb) {
+        const int half = tile_rows / 2;
+        tma_load_2d_multicast(dst + rank * half * kBK, half_map(maps), kb * kBK, tile_row0 + rank * half,
+                              full, 0x3);
+    };
+    auto load_p = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
+        if (CLUSTER && p.pair_q == 2)
+            load_half(tile, kBP, unit.pt * kBP, full, kb);
+        else
+            load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full, SWAP);
+    };
+    auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
+        if (CLUSTER && p.pair_p == 2)
+            load_half(tile + C::kPBytes, BQ, unit.qt * BQ, full, kb);
+        else
+            load(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, unit.qt * BQ, full,
+                 !SWAP);
+    };
+    /* Bytes that complete one of the unit's stages (boxes count whole, zero-filled rows included). */
+    auto stage_bytes = [&](const Unit &unit) {
+        const int p_rows = p_last(unit) ? p.p_last_rows : kBP, q_rows = q_last(unit) ? p.q_last_rows : BQ;
+        return (uint32_t)((p_rows + q_rows) * kBK + kScaleRows * 4);
+    };
+    /* The weight is P when swapped, Q otherwise; the rest of stage st is activations and their scales. */
+    auto load_weight = [&](int st, const Unit &unit, int kb) {
+        const uint32_t full = full0 + 8 * st, tile = tiles_u32 + st * C::kStageBytes;
+        if (SWAP)
+            load_p(tile, full, unit, kb);
+        else
+            load_q(tile, full, unit, kb);
+    };
+    auto load_acts = [&](int st, const Unit &unit, int kb) {
+        const uint32_t full = full0 + 8 * st, tile = tiles_u32 + st * C::kStageBytes;
+        if (SWAP)
+            load_q(tile, full, unit, kb);
+        else
+            load_p(tile, full, unit, kb);
+        tma_load_2d(smem_u32(scales + st * (C::kScaleSlot / 4)), &maps.sa, SWAP ? unit.qt * BQ : unit.pt * kBP, kb,
+                    full);
+    };
     unsigned long long *trace = kTraceBuild && p.trace ? p.trace + (size_t)blockIdx.x * kTraceSlots : nullptr;
     if (trace && threadIdx.x == 0) trace[kTraceStart] = global_ns();
+    int entry_stages = 0; /* thread 0: stages of the first unit whose loads were issued at entry */
     if (threadIdx.x == 0) {
-        /* First thing: the producer's first TMA load issues ~0.85 us after these requests, whenever they are made
-         * (trace build, bench/hopper-notes.md v14), so they go out before the barriers are set up. Moved here from
-         * after setmaxnreg: that load now issues ~0.1 us sooner, too little to show in a call's time. */
+        /* First thing, before the barriers are set up: the loads below need the maps. (v14 read the ~0.85 us
+         * from this request to the first load as the descriptor's fetch; v15 timed a first TMA load on its own,
+         * bench/first_load.cu: it issues 64 ns after its request, prefetched or not.) */
         tma_prefetch_map(&maps.p);
         tma_prefetch_map(&maps.q);
         tma_prefetch_map(&maps.sa);
@@ -392,6 +455,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        /* The first unit's first stages, issued here rather than from the producer loop (empty barriers start
+         * free; the expected bytes cover the whole stage): the weights, and the activations too unless they come
+         * from the kernel before this one (p.dependent: the producer loads them after griddepcontrol.wait). From
+         * the loop, reached after the CTA's barrier, setmaxnreg and the producer's cold code, the first load
+         * issued ~1.0 us after the CTA started; from here ~0.65 (bench/hopper-notes.md v15). Not with clusters:
+         * loads into the other CTA wait for the cluster's barrier. */
+        const int entry_max = p.dependent ? kStages : min(kStages, p.entry_stages);
+        if (!CLUSTER && entry_max > 0 && (int)blockIdx.x < p.units) {
+            const Unit unit = decode_unit<CLUSTER>(p, blockIdx.x, rank);
+            for (int kb = unit.kb0; kb < unit.kb1 && entry_stages < entry_max; kb++, entry_stages++) {
+                mbar_arrive_expect_tx(full0 + 8 * entry_stages, stage_bytes(unit));
+                load_weight(entry_stages, unit, kb);
+                if (trace && entry_stages == 0) trace[kTraceFirstWeightIssued] = global_ns();
+                if (p.dependent) continue;
+                load_acts(entry_stages, unit, kb);
+                if (trace && entry_stages == 0) trace[kTraceFirstIssued] = global_ns();
+            }
+        }
     }
     if (CLUSTER)
         cluster_sync_relaxed(); /* the other CTA's barriers exist before anything arrives on them or loads into it */
@@ -403,6 +484,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* The producer's one active thread needs few registers; the consumers' 240 (232 before v12) give the
          * 128-wide normal kernel the room that the uniform warpgroup index above costs it (at 232 it spilled). */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        /* Thread 0's count, through a shuffle so that the compiler knows it is warp-uniform: the producer loop's
+         * stage, phase and box coordinates then stay in uniform registers. Without it they moved to per-thread
+         * ones (an R2UR before each TMA load) and the normal path ran 4-18% slower at M >= 128 (v15). */
+        entry_stages = __shfl_sync(0xffffffffu, entry_stages, 0); /* other warps: their lane 0's 0, unused */
         /* An idle producer warp stamps the first stage's arrival (it starts waiting before the load is issued). */
         if (trace && threadIdx.x == 32) {
             mbar_wait(full0, 0);
@@ -417,94 +502,39 @@ __global__ void __launch_bounds__(kThreads, 1)
                 mbar_arrive_remote(peer_free_remote + 8 * st);
                 mbar_wait(peer_free0 + 8 * st, ph ^ 1);
             };
-            /* A unit's boxes: the smaller one for a last tile that the matrix ends inside. */
-            auto p_last = [&](const Unit &unit) { return p.p_last_rows && unit.pt == p.p_tiles - 1; };
-            auto q_last = [&](const Unit &unit) { return p.q_last_rows && unit.qt == p.q_tiles - 1; };
-            /* The weight's loads carry the evict-first hint where it streams through once. */
-            const uint64_t weight_policy = p.weight_evict_first ? l2_policy_evict_first() : 0;
-            auto load = [&](uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t full, bool weight) {
-                if (weight && p.weight_evict_first)
-                    tma_load_2d_hint(dst, map, c0, c1, full, weight_policy);
-                else
-                    tma_load_2d(dst, map, c0, c1, full);
-            };
-            /* With clusters, this CTA loads half of the shared tile (the same tile in both CTAs) into both CTAs, and
-             * the other CTA the other half. */
-            auto load_half = [&](uint32_t dst, int tile_rows, int tile_row0, uint32_t full, int kb) {
-                const int half = tile_rows / 2;
-                tma_load_2d_multicast(dst + rank * half * kBK, half_map(maps), kb * kBK, tile_row0 + rank * half,
-                                      full, 0x3);
-            };
-            auto load_p = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
-                if (CLUSTER && p.pair_q == 2)
-                    load_half(tile, kBP, unit.pt * kBP, full, kb);
-                else
-                    load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full, SWAP);
-            };
-            auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
-                if (CLUSTER && p.pair_p == 2)
-                    load_half(tile + C::kPBytes, BQ, unit.qt * BQ, full, kb);
-                else
-                    load(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, unit.qt * BQ, full,
-                         !SWAP);
-            };
-            /* Bytes that complete one of the unit's stages (boxes count whole, zero-filled rows included). */
-            auto stage_bytes = [&](const Unit &unit) {
-                const int p_rows = p_last(unit) ? p.p_last_rows : kBP, q_rows = q_last(unit) ? p.q_last_rows : BQ;
-                return (uint32_t)((p_rows + q_rows) * kBK + kScaleRows * 4);
-            };
-            /* The weight is P when swapped, Q otherwise; the rest of a stage is activations and their scales. */
-            auto load_weight = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
-                if (SWAP)
-                    load_p(tile, full, unit, kb);
-                else
-                    load_q(tile, full, unit, kb);
-            };
-            /* Launched early: the first unit's weight tiles for the free stages go out now (empty barriers start
-             * free; the expected bytes cover the whole stage), and the activations after the wait below. */
-            int early_stages = 0;
-            if (p.early_weights) {
-                const Unit unit = decode_unit<CLUSTER>(p, CLUSTER ? blockIdx.x / 2 : blockIdx.x, rank);
-                for (int kb = unit.kb0; kb < unit.kb1 && early_stages < kStages; kb++, early_stages++) {
-                    const uint32_t full = full0 + 8 * early_stages;
-                    mbar_arrive_expect_tx(full, stage_bytes(unit));
-                    load_weight(tiles_u32 + early_stages * C::kStageBytes, full, unit, kb);
-                }
-            }
             /* The activations may come from the previous kernel of the stream: wait for it (a no-op unless this
-             * grid was launched as its programmatic dependent). */
+             * grid was launched as its programmatic dependent), then load those of the stages issued at entry. */
             asm volatile("griddepcontrol.wait;\n" ::: "memory");
             if (trace) trace[kTraceDepWaited] = global_ns();
-            int stage = 0, issued = 0;
-            uint32_t phase = 0;
+            if (p.dependent && entry_stages) {
+                const Unit unit = decode_unit<CLUSTER>(p, blockIdx.x, rank);
+#pragma unroll 1
+                for (int i = 0; i < entry_stages; i++) load_acts(i, unit, unit.kb0 + i);
+                if (trace) trace[kTraceFirstIssued] = global_ns();
+            }
+            /* The stages issued at entry are the first unit's first ones: the loop goes on after them. */
+            int stage = entry_stages % kStages, issued = entry_stages, skip = entry_stages;
+            uint32_t phase = entry_stages == kStages;
             for (int u = CLUSTER ? blockIdx.x / 2 : blockIdx.x; u < p.units; u += CLUSTER ? gridDim.x / 2 : gridDim.x) {
                 const Unit unit = decode_unit<CLUSTER>(p, u, rank);
-                const int act_row0 = SWAP ? unit.qt * BQ : unit.pt * kBP;
-                for (int kb = unit.kb0; kb < unit.kb1; kb++, issued++) {
-                    const uint32_t full = full0 + 8 * stage;
-                    const uint32_t tile = tiles_u32 + stage * C::kStageBytes;
-                    if (issued >= early_stages) {
-                        mbar_wait(empty0 + 8 * stage, phase ^ 1);
-                        /* A refill writes half of the shared tile into the other CTA too; the first fill of each stage
-                         * needs no handshake (all start free). Kept out of the consumer loop, whose code is then that
-                         * of the plain kernel: consumer warps arriving on both CTAs' barriers made the loop branch and
-                         * the cluster kernels up to 38% slower (bench/hopper-notes.md, v10). */
-                        if (CLUSTER && issued >= kStages) peer_handshake(stage, phase);
-                        mbar_arrive_expect_tx(full, stage_bytes(unit));
-                        load_weight(tile, full, unit, kb);
-                        if (trace && issued == 0) trace[kTraceFirstWeightIssued] = global_ns();
-                    }
-                    if (SWAP)
-                        load_q(tile, full, unit, kb);
-                    else
-                        load_p(tile, full, unit, kb);
-                    tma_load_2d(smem_u32(scales + stage * (C::kScaleSlot / 4)), &maps.sa, act_row0, kb, full);
+                for (int kb = unit.kb0 + skip; kb < unit.kb1; kb++, issued++) {
+                    mbar_wait(empty0 + 8 * stage, phase ^ 1);
+                    /* A refill writes half of the shared tile into the other CTA too; the first fill of each stage
+                     * needs no handshake (all start free). Kept out of the consumer loop, whose code is then that
+                     * of the plain kernel: consumer warps arriving on both CTAs' barriers made the loop branch and
+                     * the cluster kernels up to 38% slower (bench/hopper-notes.md, v10). */
+                    if (CLUSTER && issued >= kStages) peer_handshake(stage, phase);
+                    mbar_arrive_expect_tx(full0 + 8 * stage, stage_bytes(unit));
+                    load_weight(stage, unit, kb);
+                    if (trace && issued == 0) trace[kTraceFirstWeightIssued] = global_ns();
+                    load_acts(stage, unit, kb);
                     if (trace && issued == 0) trace[kTraceFirstIssued] = global_ns();
                     if (++stage == kStages) {
                         stage = 0;
                         phase ^= 1;
                     }
                 }
+                skip = 0;
             }
             if (CLUSTER) {
                 /* One more round of the handshake for every stage that was filled: the other CTA's consumers have
@@ -1306,7 +1336,7 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         attr_set = true;
     }
     *launched = grid;
-    if (!hp.early_weights && !CLUSTER) {
+    if (!hp.dependent && !CLUSTER) {
         kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
         return cudaGetLastError();
     }
@@ -1324,8 +1354,8 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         }
         if (grid > 2 * max_clusters) *launched = 2 * max_clusters;
     }
-    /* A programmatic dependent of the kernel before it (see HopperParams::early_weights). */
-    const KernelLaunch launch(*launched, kThreads, smem, stream, hp.early_weights, CLUSTER ? 2 : 1);
+    /* A programmatic dependent of the kernel before it (see HopperParams::dependent). */
+    const KernelLaunch launch(*launched, kThreads, smem, stream, hp.dependent, CLUSTER ? 2 : 1);
     return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
 }
 
@@ -1386,6 +1416,16 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 bool evict_first_enabled(void) {
     static const bool on = !env_is_zero("BFP8_HOPPER_EVICT_FIRST");
     return on;
+}
+
+/* BFP8_HOPPER_ENTRY_STAGES=N: issue up to N of the first unit's stages at entry (HopperParams::entry_stages; 0:
+ * none), for side-by-side measurement. Read once. */
+int entry_stages_setting(void) {
+    static const int n = [] {
+        const char *e = getenv("BFP8_HOPPER_ENTRY_STAGES");
+        return e && e[0] >= '0' && e[0] <= '9' ? atoi(e) : kEntryStages;
+    }();
+    return n;
 }
 
 /* BFP8_HOPPER_EARLY_WEIGHTS=0 launches after the activation quantization has finished even inside bfp8_linear, for
@@ -1571,7 +1611,8 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.bias_dtype = args->bias ? (int)args->bias_dtype : -1;
     hp.y = args->y;
     hp.y_dtype = (int)args->y_dtype;
-    hp.early_weights = bfp8_act_from_prior_kernel() && early_weights_enabled();
+    hp.dependent = bfp8_act_from_prior_kernel() && early_weights_enabled();
+    hp.entry_stages = entry_stages_setting();
     hp.p_last_rows = p_last_rows;
     hp.q_last_rows = q_last_rows;
     hp.one_consumer = !pl.swap && m <= 64;
