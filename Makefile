@@ -75,7 +75,7 @@ CLI := $(BUILD)/blockfp8
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
-.PHONY: all lib cli demo quant-bench test check-unit check-asan check-crosscheck check-cli fuzz fuzz-build deps clean help
+.PHONY: all lib cli demo quant-bench gpu-tools test check-unit check-asan check-crosscheck check-cli fuzz fuzz-build deps clean help
 
 all: $(BUILD)/.deps-ok lib cli
 
@@ -83,7 +83,7 @@ lib: $(LIB_A) $(LIB_SO)
 cli: $(CLI)
 
 help:
-	@echo "make [all] | demo | test | fuzz | deps | clean   (CUDA=0 to skip CUDA, SANITIZE=1 for ASan+UBSan)"
+	@echo "make [all] | demo | test | fuzz | deps | gpu-tools | clean   (CUDA=0 to skip CUDA, SANITIZE=1 for ASan+UBSan)"
 
 $(BUILD)/.deps-ok: scripts/install-deps.sh
 	@mkdir -p $(BUILD)
@@ -140,6 +140,15 @@ $(BUILD)/quant_bench: bench/quant_bench.c $(LIB_A)
 	$(CC) $(CFLAGS_BASE) -o $@ $< $(LIB_A) $(LDLIBS_BASE)
 quant-bench: $(BUILD)/quant_bench
 
+# Standalone GPU measurement tools (one nvcc command each, no library): the fixed costs of a GPU call and what a
+# CTA's first load costs (bench/RESULTS.md, hopper-notes v14-v15). `make test` compiles them wherever nvcc is.
+GPU_TOOLS := $(BUILD)/launch_floor $(BUILD)/first_load
+$(GPU_TOOLS): $(BUILD)/%: bench/%.cu
+	@mkdir -p $(BUILD)
+	$(NVCC) -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o $@ $<
+gpu-tools: $(if $(filter 1,$(WITH_CUDA)),$(GPU_TOOLS))
+	@$(if $(filter 1,$(WITH_CUDA)),:,echo "gpu-tools: no nvcc (or CUDA=0), skipped")
+
 # --- the main job -------------------------------------------------------------------------------------------------
 demo: all
 	./$(CLI) demo
@@ -150,6 +159,7 @@ test: all
 	@sh scripts/install-deps.sh --check-test || sh scripts/install-deps.sh --test
 	$(MAKE) --no-print-directory check-unit
 	$(MAKE) --no-print-directory check-ptxas
+	$(MAKE) --no-print-directory gpu-tools
 	$(MAKE) --no-print-directory check-asan
 	$(MAKE) --no-print-directory check-cli
 	$(MAKE) --no-print-directory check-crosscheck
