@@ -14,7 +14,10 @@
  */
 #include <cuda.h> /* CUtensorMap; the encoder is reached through cudaGetDriverEntryPointByVersion */
 #include <cuda_runtime.h>
+#include "tool_check.h" /* CK */
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled_v12000 */
+
+#include "../src/backends/cuda/sm90_async.cuh" /* mbar_*, tma_load_2d, global_ns */
 
 #include <algorithm>
 #include <stdint.h>
@@ -22,14 +25,6 @@
 #include <stdlib.h>
 #include <vector>
 
-#define CK(x)                                                                                                    \
-    do {                                                                                                         \
-        cudaError_t e_ = (x);                                                                                    \
-        if (e_ != cudaSuccess) {                                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                \
-            exit(1);                                                                                             \
-        }                                                                                                        \
-    } while (0)
 
 enum Mode {
     PARAM,          /* map as a __grid_constant__ parameter, prefetched first, then the load (the hopper kernel) */
@@ -51,29 +46,10 @@ static const char *kModeName[kModes] = {"param",  "param-nopf",  "param-spin", "
 
 constexpr int kRows = 32768, kCols = 512, kBox = 128, kThreads = 128;
 
-__device__ __forceinline__ unsigned long long now_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-    return t;
-}
 __device__ __forceinline__ void spin_ns(unsigned long long ns) {
-    const unsigned long long t0 = now_ns();
-    while (now_ns() - t0 < ns) {
+    const unsigned long long t0 = global_ns();
+    while (global_ns() - t0 < ns) {
     }
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
-                 : "memory");
 }
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
@@ -89,31 +65,31 @@ struct Maps {
 __global__ void __launch_bounds__(kThreads) first_load_kernel(const __grid_constant__ Maps maps,
                                                               const CUtensorMap *global_map, const uint8_t *src,
                                                               int mode, unsigned long long *stamps, unsigned *sink) {
-    const unsigned long long t_start = now_ns();
+    const unsigned long long t_start = global_ns();
     const int tid = threadIdx.x;
     const CUtensorMap *map = (mode == GLOBAL || mode == GLOBAL_NOPF || mode == GLOBAL_SPIN) ? global_map : &maps.a;
     if (tid == 0 && (mode == PARAM || mode == PARAM_SPIN || mode == PARAM_TWO || mode == GLOBAL ||
                      mode == GLOBAL_SPIN)) {
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
-        if (mode == PARAM_TWO) asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&maps.b) : "memory");
+        tma_prefetch_map(map);
+        if (mode == PARAM_TWO) tma_prefetch_map(&maps.b);
     }
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ uint64_t bar_storage;
-    uint8_t *smem = smem_raw + ((1024 - (__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
-    const uint32_t dst = (uint32_t)__cvta_generic_to_shared(smem);
-    const uint32_t bar = (uint32_t)__cvta_generic_to_shared(&bar_storage);
+    uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const uint32_t dst = smem_u32(smem);
+    const uint32_t bar = smem_u32(&bar_storage);
     const int row0 = blockIdx.x * kBox;
     const uint32_t box_bytes = kBox * kBox;
     if (tid == 0) {
         /* CP_ASYNC: one noinc arrival per thread; the others: one arrival with the transaction count */
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(mode == CP_ASYNC ? kThreads : 1));
+        mbar_init(bar, mode == CP_ASYNC ? kThreads : 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (mode == PARAM_SPIN || mode == SPIN_PARAM || mode == GLOBAL_SPIN) spin_ns(3000);
-    if (mode == SPIN_PARAM && tid == 0) asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
+    if (mode == SPIN_PARAM && tid == 0) tma_prefetch_map(map);
 
-    unsigned long long t_before = now_ns(), t_issued = 0;
+    unsigned long long t_before = global_ns(), t_issued = 0;
     unsigned acc = 0;
     if (mode == CP_ASYNC || mode == LDG) {
         /* 1024 16-byte chunks: chunk c is row c / 8, column chunk c % 8, stored 128B-swizzled as TMA would */
@@ -129,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) first_load_kernel(const __grid_const
                 v[i] = __ldcg((const uint4 *)g);
         }
         if (mode == CP_ASYNC) asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-        t_issued = now_ns();
+        t_issued = global_ns();
         if (mode == LDG) {
 #pragma unroll
             for (int i = 0; i < 8; i++) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
@@ -139,30 +115,28 @@ __global__ void __launch_bounds__(kThreads) first_load_kernel(const __grid_const
         }
     } else if (mode == BULK_ROWS) {
         if (tid < 32) {
-            if (tid == 0)
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(box_bytes)
-                             : "memory");
+            if (tid == 0) mbar_arrive_expect_tx(bar, box_bytes);
             __syncwarp();
             for (int r = tid; r < kBox; r += 32)
                 bulk_load(dst + r * 128, src + (size_t)(row0 + r) * kCols, 128, bar);
             __syncwarp();
-            t_issued = now_ns();
+            t_issued = global_ns();
         }
         mbar_wait(bar, 0);
     } else if (tid == 0) {
         const uint32_t bytes = mode == PARAM_TWO ? 2 * box_bytes : box_bytes;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-        t_before = now_ns();
+        mbar_arrive_expect_tx(bar, bytes);
+        t_before = global_ns();
         if (mode == BULK) {
             bulk_load(dst, src + (size_t)blockIdx.x * box_bytes, box_bytes, bar);
         } else {
-            tma_load(dst, map, 0, row0, bar);
-            if (mode == PARAM_TWO) tma_load(dst + box_bytes, &maps.b, kBox, row0, bar);
+            tma_load_2d(dst, map, 0, row0, bar);
+            if (mode == PARAM_TWO) tma_load_2d(dst + box_bytes, &maps.b, kBox, row0, bar);
         }
-        t_issued = now_ns();
+        t_issued = global_ns();
         mbar_wait(bar, 0);
     }
-    const unsigned long long t_landed = now_ns();
+    const unsigned long long t_landed = global_ns();
     if (tid == 0) {
         unsigned long long *s = stamps + 4 * blockIdx.x;
         s[0] = t_start, s[1] = t_before, s[2] = t_issued, s[3] = t_landed;

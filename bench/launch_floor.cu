@@ -11,20 +11,13 @@
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o build/launch_floor bench/launch_floor.cu && build/launch_floor
  */
 #include <cuda_runtime.h>
+#include "tool_check.h" /* CK */
 
 #include <algorithm>
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
 
-#define CK(x)                                                                                                    \
-    do {                                                                                                         \
-        cudaError_t e_ = (x);                                                                                    \
-        if (e_ != cudaSuccess) {                                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                \
-            exit(1);                                                                                             \
-        }                                                                                                        \
-    } while (0)
 
 __global__ void empty_kernel(int *sink) {
     if (sink && threadIdx.x == 1024) *sink = 1; /* never true: keeps the kernel from being empty to the compiler */
