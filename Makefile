@@ -1,5 +1,6 @@
 # blockfp8 build. `make` builds the library and the CLI; `make demo` runs the main job; `make test` runs the
-# whole suite (unit tests, the same under ASan+UBSan, the numpy cross-check and a short fuzz run).
+# whole suite (unit tests, the same under ASan+UBSan, the ptxas report, the GPU tools compiled where nvcc is, the
+# numpy cross-check and a short fuzz run).
 #
 # Dependencies: cJSON (required, Debian libcjson-dev), OpenBLAS (optional: the CPU bench baseline, Debian
 # libopenblas-dev, found with pkg-config), CUDA 13 (optional: nvcc on PATH or in /usr/local/cuda/bin),
@@ -143,7 +144,7 @@ quant-bench: $(BUILD)/quant_bench
 # Standalone GPU measurement tools (one nvcc command each, no library): the fixed costs of a GPU call and what a
 # CTA's first load costs (bench/RESULTS.md, hopper-notes v14-v15). `make test` compiles them wherever nvcc is.
 GPU_TOOLS := $(BUILD)/launch_floor $(BUILD)/first_load
-$(GPU_TOOLS): $(BUILD)/%: bench/%.cu
+$(GPU_TOOLS): $(BUILD)/%: bench/%.cu bench/tool_check.h src/backends/cuda/sm90_async.cuh
 	@mkdir -p $(BUILD)
 	$(NVCC) -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o $@ $<
 gpu-tools: $(if $(filter 1,$(WITH_CUDA)),$(GPU_TOOLS))
@@ -154,7 +155,8 @@ demo: all
 	./$(CLI) demo
 
 # --- tests --------------------------------------------------------------------------------------------------------
-# The whole suite: plain build, sanitizer build, CLI end-to-end, numpy cross-check, short fuzz.
+# The whole suite: plain build, ptxas report, GPU tools compiled, sanitizer build, CLI end-to-end, numpy cross-check,
+# short fuzz.
 test: all
 	@sh scripts/install-deps.sh --check-test || sh scripts/install-deps.sh --test
 	$(MAKE) --no-print-directory check-unit

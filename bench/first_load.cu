@@ -1,9 +1,10 @@
 /* What a CTA's first load costs, by the way it is issued (bench/hopper-notes.md, v15).
  *
- * The hopper kernel's first TMA load issues ~0.85 us after its tensor maps are prefetched, wherever the prefetch
- * is (v14), while the loads after it issue in ~0.05 us each. This tool times one CTA per SM issuing its first
- * 16 KB (128 rows x 128 bytes of a [32768][512] byte matrix, the swapped decode path's first weight box) in each
- * of the ways below, and reports medians over the CTAs of %globaltimer stamps taken by the issuing thread:
+ * The hopper kernel's first TMA load issued ~0.85 us after its tensor maps were prefetched, wherever the prefetch
+ * was (v14), and the loads after it in ~0.05 us each: was that the descriptor's fetch? (No: v15.) This tool times
+ * one CTA a SM issuing its first 16 KB (128 rows x 128 bytes of a [32768][512] byte matrix, the swapped decode
+ * path's first weight box) in each of the ways below, and reports medians over the CTAs of %globaltimer stamps
+ * taken by the issuing thread:
  *   wait   from the CTA's first instruction to the issue (barrier set-up, prefetch, optional spin),
  *   issue  the issuing instruction(s) themselves,
  *   land   from the issue to the data being in shared memory (the mbarrier's phase completing).
@@ -14,10 +15,10 @@
  */
 #include <cuda.h> /* CUtensorMap; the encoder is reached through cudaGetDriverEntryPointByVersion */
 #include <cuda_runtime.h>
-#include "tool_check.h" /* CK */
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled_v12000 */
 
 #include "../src/backends/cuda/sm90_async.cuh" /* mbar_*, tma_load_2d, global_ns */
+#include "tool_check.h"                        /* CK */
 
 #include <algorithm>
 #include <stdint.h>
@@ -104,7 +105,8 @@ __global__ void __launch_bounds__(kThreads) first_load_kernel(const __grid_const
             else
                 v[i] = __ldcg((const uint4 *)g);
         }
-        if (mode == CP_ASYNC) asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+        if (mode == CP_ASYNC)
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
         t_issued = global_ns();
         if (mode == LDG) {
 #pragma unroll

@@ -11,13 +11,13 @@
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o build/launch_floor bench/launch_floor.cu && build/launch_floor
  */
 #include <cuda_runtime.h>
-#include "tool_check.h" /* CK */
 
 #include <algorithm>
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
 
+#include "tool_check.h" /* CK */
 
 __global__ void empty_kernel(int *sink) {
     if (sink && threadIdx.x == 1024) *sink = 1; /* never true: keeps the kernel from being empty to the compiler */

@@ -653,7 +653,7 @@ static void test_linear(bool small_only) {
     linear_case(dev, host, 40, 1024, 1536, BFP8_SCALE_FP32, true);    /* normal, one consumer warpgroup */
     linear_case(dev, host, 100, 384, 1040, BFP8_SCALE_FP32, true);    /* normal, partial last K block */
     linear_case(dev, host, 129, 8576, 4096, BFP8_SCALE_UE8M0, true);  /* normal, last wave's tiles split */
-    linear_case(dev, host, 1000, 1024, 768, BFP8_SCALE_FP32, false);  /* (clusters: sharing early weights) */
+    linear_case(dev, host, 1000, 1024, 768, BFP8_SCALE_FP32, false);  /* (clusters: sharing, as a dependent) */
     if (!small_only) {
         linear_case(dev, host, 8, 2048, 8192, BFP8_SCALE_FP32, true);   /* swapped, 13-block units (two partials) */
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */

@@ -31,10 +31,11 @@
  * the matrix is zero-filled by TMA, so a partial last K block is exact; a last tile that the matrix ends inside is
  * loaded with a box cut to the rows that exist (in 8-row groups), and the stale rows past it feed only outputs
  * that are not stored.
- * Thread 0 issues the first stages of its CTA's first unit as soon as the barriers exist, before the CTA's barrier.
- * Inside bfp8_linear the kernel is launched as a programmatic dependent of the activation quantization: those
- * early loads are the weight tiles of every free stage, and the producer waits for that kernel
- * (griddepcontrol.wait) only before it loads activations, so launch and first-byte latency overlap the quantization.
+ * Thread 0 issues the first stages of its CTA's first unit as soon as the barriers exist, before the CTA's barrier
+ * (not in the cluster kernels). Inside bfp8_linear the kernel is launched as a programmatic dependent of the
+ * activation quantization: those early loads are the weight tiles of every free stage, and the producer waits for
+ * that kernel (griddepcontrol.wait) only before it loads activations, so launch and first-byte latency overlap the
+ * quantization. The cluster kernels issue nothing before that wait (since v15; before, their weights went early too).
  * Opt-in (BFP8_HOPPER_CLUSTER, measured slower): the normal path in 2-CTA clusters whose tiles share one operand's
  * tile, each CTA loading half of it with TMA multicast into both; the two producers tell each other when a stage
  * is free, so the consumer loop is that of the plain kernel (HopperParams::pair_p).
@@ -60,6 +61,7 @@
 #include "blockfp8.h"
 #include "fp8_math.cuh"
 #include "hopper_wgmma.cuh"
+#include "sm90_async.cuh" /* mbarriers, TMA, bulk groups, the clock: thin PTX wrappers */
 extern "C" {
 #include "cuda_glue.h" /* declares this file's extern "C" entry points */
 }
@@ -71,9 +73,9 @@ constexpr int kBP = 128;            /* P rows per tile: two consumer warpgroups 
 constexpr int kThreads = 384;       /* producer warpgroup + two consumer warpgroups */
 constexpr int kMaxSmem = 227 * 1024;
 constexpr int kGroupP = 8; /* rasterization: groups of 8 P tiles walk Q together (L2 reuse) */
-/* Stages of its first unit that a CTA issues at kernel entry (HopperParams::entry_stages). 4 was the best of 0, 2,
- * 4 and all (v15): 0.7% in geomean over the 48 cells, 2-3% on the decode cells with K <= 2048; 1% slower at M=16
- * 2112x7168, where all stages at entry were 2-4% slower. */
+/* Stages of its first unit that a CTA issues at kernel entry (HopperParams::entry_stages). Of 0, 2, 4 and all
+ * (v15), 4 did best on the cells that moved (the decode cells with K <= 2048, 2-3% faster than 0; M=16 2112x7168 1%
+ * slower, 2-4% with all); over the 48 cells the four were within run-to-run noise. */
 constexpr int kEntryStages = 4;
 
 struct HopperParams {
@@ -95,10 +97,12 @@ struct HopperParams {
      * the order of TraceSlot. NULL: no stamps. */
     unsigned long long *trace;
     /* Launched as a programmatic dependent of the kernel that wrote the activations (bfp8_linear's quantization):
-     * the first stages' weight tiles are requested at entry, the activations after waiting for that kernel. */
+     * the first stages' weight tiles are requested at entry (not by the cluster kernels), the activations after
+     * waiting for that kernel. */
     int dependent;
-    /* Thread 0 issues up to this many of the first unit's stages at entry, weights and activations (when
-     * dependent: the weights of every free stage, whatever this says). 0: the producer loop issues them. */
+    /* Thread 0 issues up to this many (at most kStages) of the first unit's stages at entry, weights and
+     * activations; 0: the producer loop issues them. Ignored when dependent (the weights of every free stage go at
+     * entry) and by the cluster kernels (nothing at entry). */
     int entry_stages;
     /* Rows of the box that loads the last P (Q) tile when the matrix ends inside it (a multiple of 8, under kBP
      * (BQ)); 0: the whole box. TMA zero-fills rows past the matrix, but not for free: a 128-row activation box
@@ -126,9 +130,10 @@ struct HopperParams {
      * where they apply (bench/hopper-notes.md, v10), so the plan never picks them unless asked to. */
     int pair_p, pair_q;
 };
-/* The stamps of a trace build, per CTA: its start; the barriers initialized and the CTA synchronized; in the
- * producer's thread: the maps prefetched, griddepcontrol.wait passed, the first weight box and then the whole first
- * stage issued; the first stage landed; the steps of the second unit's 16-bit epilogue (the previous store has read
+/* The stamps of a trace build, per CTA (not in time order: the first boxes usually go out at entry, before the CTA
+ * synchronizes): its start; the barriers initialized and the CTA synchronized; in the producer's thread: the maps
+ * prefetched, griddepcontrol.wait passed, the first weight box and then the whole first stage issued; the first
+ * stage landed; the steps of the second unit's 16-bit epilogue (the previous store has read
  * its buffer, the first barrier, the fragment packed, the second barrier); then, for each of the first kTraceUnits
  * units, when its last block was promoted (its epilogue starts) and when its epilogue was done. */
 enum TraceSlot {
@@ -186,7 +191,6 @@ template <int BQ, bool SWAP> struct Config {
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#include "sm90_async.cuh" /* mbarriers, TMA, bulk groups, the clock: thin PTX wrappers */
 /* The half-tile map of a CLUSTER kernel's maps (none in the others'). */
 __device__ __forceinline__ const CUtensorMap *half_map(const TensorMaps &) { return nullptr; }
 __device__ __forceinline__ const CUtensorMap *half_map(const ClusterTensorMaps &maps) { return &maps.half; }
@@ -339,11 +343,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     unsigned long long *trace = kTraceBuild && p.trace ? p.trace + (size_t)blockIdx.x * kTraceSlots : nullptr;
     if (trace && threadIdx.x == 0) trace[kTraceStart] = global_ns();
-    int entry_stages = 0; /* thread 0: stages of the first unit whose loads were issued at entry */
+    int entry_issued = 0; /* thread 0: stages of the first unit whose loads were issued at entry */
     if (threadIdx.x == 0) {
-        /* First thing, before the barriers are set up: the loads below need the maps. (v14 read the ~0.85 us
-         * from this request to the first load as the descriptor's fetch; v15 timed a first TMA load on its own,
-         * bench/first_load.cu: it issues 64 ns after its request, prefetched or not.) */
+        /* First thing, before the barriers are set up. (v14 read the ~0.85 us from this request to the first load
+         * as the descriptor's fetch; timed alone, bench/first_load.cu, a first TMA load's instruction takes 64 ns and
+         * its bytes land as soon with or without the prefetch (v15). Kept: it costs nothing.) */
         tma_prefetch_map(&maps.p);
         tma_prefetch_map(&maps.q);
         tma_prefetch_map(&maps.sa);
@@ -361,18 +365,18 @@ __global__ void __launch_bounds__(kThreads, 1)
          * free; the expected bytes cover the whole stage): the weights, and the activations too unless they come
          * from the kernel before this one (p.dependent: the producer loads them after griddepcontrol.wait). From
          * the loop, reached after the CTA's barrier, setmaxnreg and the producer's cold code, the first load
-         * issued ~1.0 us after the CTA started; from here ~0.65 (bench/hopper-notes.md v15). Not with clusters:
+         * issued ~1.0 us after the CTA started; from here 0.61-0.64 (bench/hopper-notes.md v15). Not with clusters:
          * loads into the other CTA wait for the cluster's barrier. */
         const int entry_max = p.dependent ? kStages : min(kStages, p.entry_stages);
         if (!CLUSTER && entry_max > 0 && (int)blockIdx.x < p.units) {
             const Unit unit = decode_unit<CLUSTER>(p, blockIdx.x, rank);
-            for (int kb = unit.kb0; kb < unit.kb1 && entry_stages < entry_max; kb++, entry_stages++) {
-                mbar_arrive_expect_tx(full0 + 8 * entry_stages, stage_bytes(unit));
-                load_weight(entry_stages, unit, kb);
-                if (trace && entry_stages == 0) trace[kTraceFirstWeightIssued] = global_ns();
+            for (int kb = unit.kb0; kb < unit.kb1 && entry_issued < entry_max; kb++, entry_issued++) {
+                mbar_arrive_expect_tx(full0 + 8 * entry_issued, stage_bytes(unit));
+                load_weight(entry_issued, unit, kb);
+                if (trace && entry_issued == 0) trace[kTraceFirstWeightIssued] = global_ns();
                 if (p.dependent) continue;
-                load_acts(entry_stages, unit, kb);
-                if (trace && entry_stages == 0) trace[kTraceFirstIssued] = global_ns();
+                load_acts(entry_issued, unit, kb);
+                if (trace && entry_issued == 0) trace[kTraceFirstIssued] = global_ns();
             }
         }
     }
@@ -389,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* Thread 0's count, through a shuffle so that the compiler knows it is warp-uniform: the producer loop's
          * stage, phase and box coordinates then stay in uniform registers. Without it they moved to per-thread
          * ones (an R2UR before each TMA load) and the normal path ran 4-18% slower at M >= 128 (v15). */
-        entry_stages = __shfl_sync(0xffffffffu, entry_stages, 0); /* other warps: their lane 0's 0, unused */
+        entry_issued = __shfl_sync(0xffffffffu, entry_issued, 0); /* other warps: their lane 0's 0, unused */
         /* An idle producer warp stamps the first stage's arrival (it starts waiting before the load is issued). */
         if (trace && threadIdx.x == 32) {
             mbar_wait(full0, 0);
@@ -408,15 +412,15 @@ __global__ void __launch_bounds__(kThreads, 1)
              * grid was launched as its programmatic dependent), then load those of the stages issued at entry. */
             asm volatile("griddepcontrol.wait;\n" ::: "memory");
             if (trace) trace[kTraceDepWaited] = global_ns();
-            if (p.dependent && entry_stages) {
+            if (p.dependent && entry_issued) {
                 const Unit unit = decode_unit<CLUSTER>(p, blockIdx.x, rank);
 #pragma unroll 1
-                for (int i = 0; i < entry_stages; i++) load_acts(i, unit, unit.kb0 + i);
+                for (int i = 0; i < entry_issued; i++) load_acts(i, unit, unit.kb0 + i);
                 if (trace) trace[kTraceFirstIssued] = global_ns();
             }
             /* The stages issued at entry are the first unit's first ones: the loop goes on after them. */
-            int stage = entry_stages % kStages, issued = entry_stages, skip = entry_stages;
-            uint32_t phase = entry_stages == kStages;
+            int stage = entry_issued % kStages, issued = entry_issued, skip = entry_issued;
+            uint32_t phase = entry_issued == kStages;
             for (int u = CLUSTER ? blockIdx.x / 2 : blockIdx.x; u < p.units; u += CLUSTER ? gridDim.x / 2 : gridDim.x) {
                 const Unit unit = decode_unit<CLUSTER>(p, u, rank);
                 for (int kb = unit.kb0 + skip; kb < unit.kb1; kb++, issued++) {
