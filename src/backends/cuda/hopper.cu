@@ -133,9 +133,9 @@ struct HopperParams {
 /* The stamps of a trace build, per CTA (not in time order: the first boxes usually go out at entry, before the CTA
  * synchronizes): its start; the barriers initialized and the CTA synchronized; in the producer's thread: the maps
  * prefetched, griddepcontrol.wait passed, the first weight box and then the whole first stage issued; the first
- * stage landed; the steps of the second unit's 16-bit epilogue (the previous store has read
- * its buffer, the first barrier, the fragment packed, the second barrier); then, for each of the first kTraceUnits
- * units, when its last block was promoted (its epilogue starts) and when its epilogue was done. */
+ * stage landed; the steps of the second unit's 16-bit epilogue (the previous store has read its buffer, the first
+ * barrier, the fragment packed, the second barrier); then, for each of the first kTraceUnits units, when its last
+ * block was promoted (its epilogue starts) and when its epilogue was done. */
 enum TraceSlot {
     kTraceStart,
     kTraceSynced,
@@ -903,15 +903,19 @@ int hybrid_mode(void) {
     return mode;
 }
 
+/* The environment variable `name` as a whole decimal count in [lo, hi]; `fallback` when it is unset or is
+ * anything else (the measurement switches below ignore values they cannot use). */
+int env_count(const char *name, long lo, long hi, int fallback) {
+    const char *e = getenv(name);
+    char *end = nullptr;
+    const long v = e ? strtol(e, &end, 10) : 0;
+    return e && end != e && *end == '\0' && v >= lo && v <= hi ? (int)v : fallback;
+}
+
 /* BFP8_HOPPER_SPLITS=S forces S K splits of every tile (at most one per K block; no last-wave split), for
  * side-by-side measurement of the split model; unset or 0: the model decides. Read once. */
 int forced_splits(void) {
-    static const int splits = [] {
-        const char *e = getenv("BFP8_HOPPER_SPLITS");
-        char *end = nullptr;
-        const long v = e ? strtol(e, &end, 10) : 0;
-        return e && end != e && *end == '\0' && v > 0 && v <= 1024 ? (int)v : 0;
-    }();
+    static const int splits = env_count("BFP8_HOPPER_SPLITS", 1, 1024, 0);
     return splits;
 }
 
@@ -1327,10 +1331,7 @@ bool evict_first_enabled(void) {
 /* BFP8_HOPPER_ENTRY_STAGES=N: issue up to N of the first unit's stages at entry (HopperParams::entry_stages; 0:
  * none), for side-by-side measurement. Read once. */
 int entry_stages_setting(void) {
-    static const int n = [] {
-        const char *e = getenv("BFP8_HOPPER_ENTRY_STAGES");
-        return e && e[0] >= '0' && e[0] <= '9' ? atoi(e) : kEntryStages;
-    }();
+    static const int n = env_count("BFP8_HOPPER_ENTRY_STAGES", 0, 1024, kEntryStages);
     return n;
 }
 
