@@ -708,6 +708,31 @@ static void test_dsr1(const bfp8_backend *b) {
 
 #endif
 
+/* Host-only: the kernel's unit decode (multiply-shift divisors) against plain division, and every (tile, K block)
+ * of the plan computed by exactly one unit, for the DeepSeek-R1 shapes and ragged ones at many M, on several SM
+ * counts, with and without 2-CTA clusters (and under whatever plan the environment forces). */
+static void test_unit_grids(void) {
+    static const int64_t shapes[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {36864, 7168},
+                                        {7168, 18432}, {4096, 7168},  {7168, 2048},  {8576, 4096},  {2048, 512},
+                                        {200, 300},    {1, 1},        {256, 8192},   {130, 129}};
+    static const int64_t ms[] = {1, 5, 8, 9, 16, 33, 64, 65, 100, 128, 129, 256, 512, 1000, 4095, 4096};
+    static const int sms[] = {132, 114, 78, 7, 2, 1};
+    int checked = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+            for (size_t c = 0; c < sizeof sms / sizeof sms[0]; c++)
+                for (int clusters = 0; clusters < 2; clusters++) {
+                    char why[256] = "";
+                    const bool ok = bfp8_hopper_check_units(ms[i], shapes[s][0], shapes[s][1], sms[c], clusters, why,
+                                                            sizeof why);
+                    CHECK(ok, "units of M=%lld N=%lld K=%lld on %d SMs%s: %s", (long long)ms[i],
+                          (long long)shapes[s][0], (long long)shapes[s][1], sms[c], clusters ? " (clusters)" : "",
+                          why);
+                    checked++;
+                }
+    printf("unit grids: %d plans checked\n", checked);
+}
+
 int main(int argc, char **argv) {
     test_seed();
     bool small_only = false;
@@ -722,6 +747,7 @@ int main(int argc, char **argv) {
     const bfp8_backend *b = bfp8_hopper_backend();
     test_caps(b);
     test_golden_plans();
+    test_unit_grids();
     char why[BFP8_REASON_MAX] = "";
     bool have = bfp8_cuda_available(why, sizeof why);
     int arch = have ? bfp8_cuda_current_arch() : 0;

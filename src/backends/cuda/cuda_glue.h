@@ -30,5 +30,8 @@ bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms);
  * with the default knobs but 2-CTA clusters allowed (BFP8_HOPPER_CLUSTER=1). */
 void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size);
 void bfp8_hopper_cluster_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size);
+/* Whether the units of that plan (with 2-CTA clusters allowed if `clusters`) decode, with the kernel's divisors, to
+ * every (tile, K block) exactly once, as plain division does (false with the first difference in why). */
+bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, char *why, size_t why_size);
 
 #endif

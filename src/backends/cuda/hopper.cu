@@ -33,9 +33,9 @@
  * that are not stored.
  * Thread 0 issues the first stages of its CTA's first unit as soon as the barriers exist, before the CTA's barrier
  * (not in the cluster kernels). Inside bfp8_linear the kernel is launched as a programmatic dependent of the
- * activation quantization: those early loads are the weight tiles of every free stage, and the producer waits for
- * that kernel (griddepcontrol.wait) only before it loads activations, so launch and first-byte latency overlap the
- * quantization. The cluster kernels issue nothing before that wait (since v15; before, their weights went early too).
+ * activation quantization: those early loads are the first stages' weight tiles only, and the producer waits
+ * for that kernel (griddepcontrol.wait) only before it loads activations, so launch and first-byte latency overlap
+ * the quantization. The cluster kernels issue nothing before that wait (since v15; before, their weights went early too).
  * Opt-in (BFP8_HOPPER_CLUSTER, measured slower): the normal path in 2-CTA clusters whose tiles share one operand's
  * tile, each CTA loading half of it with TMA multicast into both; the two producers tell each other when a stage
  * is free, so the consumer loop is that of the plain kernel (HopperParams::pair_p).
@@ -75,8 +75,22 @@ constexpr int kMaxSmem = 227 * 1024;
 constexpr int kGroupP = 8; /* rasterization: groups of 8 P tiles walk Q together (L2 reuse) */
 /* Stages of its first unit that a CTA issues at kernel entry (HopperParams::entry_stages). Of 0, 2, 4 and all
  * (v15), 4 did best on the cells that moved (the decode cells with K <= 2048, 2-3% faster than 0; M=16 2112x7168 1%
- * slower, 2-4% with all); over the 48 cells the four were within run-to-run noise. */
+ * slower, 2-4% with all); over the 48 cells the four were within run-to-run noise. Inside bfp8_linear (weights
+ * only at entry) 4, all and 0 gave the same DeepSeek-R1 step within 1% (v16), so one cap serves both. */
 constexpr int kEntryStages = 4;
+
+/* A divisor fixed for the whole launch, with the multiplier and shift that divide any x in [0, 2^31) by it exactly:
+ * x / d = (x * mul) >> shift, with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) (< 2^32; the error
+ * x * (mul - 2^shift / d) / 2^shift stays under 2^-ceil(log2 d) <= 1/d). One wide multiply instead of a division's
+ * ~25 dependent instructions: decode_unit's three divisions cost the entry path ~0.4 us before (v16). */
+struct Divisor {
+    int d;
+    uint32_t mul;
+    int shift;
+};
+__host__ __device__ __forceinline__ int divide(int x, const Divisor &v) {
+    return (int)(((uint64_t)(uint32_t)x * v.mul) >> v.shift);
+}
 
 struct HopperParams {
     int64_t m, n, k;
@@ -85,6 +99,11 @@ struct HopperParams {
     /* Units [0, whole_units) are tiles 0.. with the whole K range; the rest cover the remaining tiles split
      * `splits` ways (all tiles when whole_units = 0). The whole tiles cover a prefix of the output's columns. */
     int whole_units;
+    /* decode_unit's divisors, over the grid of tiles (of tile pairs with clusters): the split units' tiles (that
+     * grid's size less whole_units), a rasterization group's units (kGroupP x its Q count) and the last group's P
+     * rows (under kGroupP when its P count is not a multiple of it); full_groups groups have kGroupP rows. */
+    Divisor tail_tiles, group_units, last_group_rows;
+    int full_groups;
     const float *sb; /* weight scales, ROW_MAJOR [ceil(n/128)][kblocks] */
     const void *bias;
     int bias_dtype; /* -1: no bias */
@@ -100,9 +119,9 @@ struct HopperParams {
      * the first stages' weight tiles are requested at entry (not by the cluster kernels), the activations after
      * waiting for that kernel. */
     int dependent;
-    /* Thread 0 issues up to this many (at most kStages) of the first unit's stages at entry, weights and
-     * activations; 0: the producer loop issues them. Ignored when dependent (the weights of every free stage go at
-     * entry) and by the cluster kernels (nothing at entry). */
+    /* Thread 0 issues up to this many (at most kStages) of the first unit's stages at entry: weights and
+     * activations, or only the weights when dependent; 0: the producer loop issues them. Ignored by the cluster
+     * kernels (nothing at entry). */
     int entry_stages;
     /* Rows of the box that loads the last P (Q) tile when the matrix ends inside it (a multiple of 8, under kBP
      * (BQ)); 0: the whole box. TMA zero-fills rows past the matrix, but not for free: a 128-row activation box
@@ -134,8 +153,9 @@ struct HopperParams {
  * synchronizes): its start; the barriers initialized and the CTA synchronized; in the producer's thread: the maps
  * prefetched, griddepcontrol.wait passed, the first weight box and then the whole first stage issued; the first
  * stage landed; the steps of the second unit's 16-bit epilogue (the previous store has read its buffer, the first
- * barrier, the fragment packed, the second barrier); then, for each of the first kTraceUnits units, when its last
- * block was promoted (its epilogue starts) and when its epilogue was done. */
+ * barrier, the fragment packed, the second barrier); thread 0's entry path split (its barriers initialized, its
+ * first unit decoded); then, for each of the first kTraceUnits units, when its last block was promoted (its
+ * epilogue starts) and when its epilogue was done. */
 enum TraceSlot {
     kTraceStart,
     kTraceSynced,
@@ -148,6 +168,8 @@ enum TraceSlot {
     kTraceEpiSync1,
     kTraceEpiPacked,
     kTraceEpiSync2,
+    kTraceBarriersReady,
+    kTraceUnitDecoded,
     kTraceUnits0
 };
 constexpr int kTraceUnits = 6;
@@ -212,47 +234,43 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
            ((uint64_t)1 << 62);
 }
 
+#endif
+
 /* Unit u -> (P tile, Q tile, split) and its K-block range [kb0, kb1); partial: the unit writes fp32 partial sums
- * for the reduce kernel instead of y. Tiles are numbered so that groups of kGroupP P tiles sweep all Q tiles. */
+ * for the reduce kernel instead of y. Tiles are numbered so that groups of kGroupP P tiles sweep all Q tiles.
+ * CLUSTER: units are numbered over the grid of tile pairs (p_tiles / pair_p x q_tiles / pair_q), both CTAs of a
+ * cluster decode the same unit, and `rank` picks the CTA's tile of the pair. Host and device: the host checks
+ * that the units cover every tile and split once (bfp8_hopper_check_units). */
 struct Unit {
     int pt, qt, split, kb0, kb1;
     bool partial;
 };
-/* CLUSTER: units are numbered over the grid of tile pairs (p_tiles / pair_p x q_tiles / pair_q), both CTAs of a
- * cluster decode the same unit, and `rank` picks the CTA's tile of the pair. */
-template <bool CLUSTER> __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u, int rank) {
-    /* The tile counts, written out where used (locals for them changed the other kernels' instruction schedule). */
-#define BFP8_P_COUNT (CLUSTER ? p.p_tiles / p.pair_p : p.p_tiles)
-#define BFP8_Q_COUNT (CLUSTER ? p.q_tiles / p.pair_q : p.q_tiles)
+template <bool CLUSTER> __host__ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u, int rank) {
     Unit w;
     int t;
     if (u < p.whole_units) {
         t = u;
         w.split = 0, w.kb0 = 0, w.kb1 = p.kblocks, w.partial = false;
     } else {
-        const int v = u - p.whole_units, tail = BFP8_P_COUNT * BFP8_Q_COUNT - p.whole_units;
-        w.split = v / tail;
-        t = p.whole_units + (v - w.split * tail);
+        const int v = u - p.whole_units;
+        w.split = divide(v, p.tail_tiles);
+        t = p.whole_units + (v - w.split * p.tail_tiles.d);
         w.kb0 = w.split * p.kb_per_split;
-        w.kb1 = min(p.kblocks, w.kb0 + p.kb_per_split);
+        w.kb1 = w.kb0 + p.kb_per_split < p.kblocks ? w.kb0 + p.kb_per_split : p.kblocks;
         w.partial = p.splits > 1;
     }
-    const int group_size = kGroupP * BFP8_Q_COUNT;
-    const int g = t / group_size;
-    const int first_p = g * kGroupP;
-    const int rows_in_group = min(kGroupP, BFP8_P_COUNT - first_p);
-#undef BFP8_P_COUNT
-#undef BFP8_Q_COUNT
-    const int r = t - g * group_size;
-    w.pt = first_p + r % rows_in_group;
-    w.qt = r / rows_in_group;
+    const int g = divide(t, p.group_units);
+    const int r = t - g * p.group_units.d;
+    /* Within a group, P tile fastest; a full group's kGroupP rows divide by a shift. */
+    const bool full = g < p.full_groups;
+    w.qt = full ? (int)((unsigned)r / kGroupP) : divide(r, p.last_group_rows);
+    w.pt = g * kGroupP + (r - w.qt * (full ? kGroupP : p.last_group_rows.d));
     if (CLUSTER) {
         w.pt = w.pt * p.pair_p + (p.pair_p == 2 ? rank : 0);
         w.qt = w.qt * p.pair_q + (p.pair_q == 2 ? rank : 0);
     }
     return w;
 }
-#endif
 
 template <int BQ, bool SWAP, bool CLUSTER>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -361,15 +379,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (trace) trace[kTraceBarriersReady] = global_ns();
         /* The first unit's first stages, issued here rather than from the producer loop (empty barriers start
          * free; the expected bytes cover the whole stage): the weights, and the activations too unless they come
          * from the kernel before this one (p.dependent: the producer loads them after griddepcontrol.wait). From
          * the loop, reached after the CTA's barrier, setmaxnreg and the producer's cold code, the first load
          * issued ~1.0 us after the CTA started; from here 0.61-0.64 (bench/hopper-notes.md v15). Not with clusters:
          * loads into the other CTA wait for the cluster's barrier. */
-        const int entry_max = p.dependent ? kStages : min(kStages, p.entry_stages);
+        const int entry_max = min(kStages, p.entry_stages);
         if (!CLUSTER && entry_max > 0 && (int)blockIdx.x < p.units) {
             const Unit unit = decode_unit<CLUSTER>(p, blockIdx.x, rank);
+            if (trace) trace[kTraceUnitDecoded] = global_ns();
             for (int kb = unit.kb0; kb < unit.kb1 && entry_issued < entry_max; kb++, entry_issued++) {
                 mbar_arrive_expect_tx(full0 + 8 * entry_issued, stage_bytes(unit));
                 load_weight(entry_issued, unit, kb);
@@ -1329,7 +1349,7 @@ bool evict_first_enabled(void) {
 }
 
 /* BFP8_HOPPER_ENTRY_STAGES=N: issue up to N of the first unit's stages at entry (HopperParams::entry_stages; 0:
- * none), for side-by-side measurement. Read once. */
+ * none; default kEntryStages), for side-by-side measurement. Read once. */
 int entry_stages_setting(void) {
     static const int n = env_count("BFP8_HOPPER_ENTRY_STAGES", 0, 1024, kEntryStages);
     return n;
@@ -1393,7 +1413,8 @@ bfp8_status trace_report(const unsigned long long *trace_d, int grid, int64_t m,
     double med, max;
     static const char *const names[kTraceUnits0] = {
         "start",       "synced",          "prefetched",   "dep-waited",  "first-weight-issued", "first-issued",
-        "first-stage", "u1-store-read",   "u1-sync1",     "u1-packed",   "u1-sync2"};
+        "first-stage", "u1-store-read",   "u1-sync1",     "u1-packed",   "u1-sync2",  "barriers-ready",
+        "unit-decoded"};
     for (int slot = 0; slot < kTraceSlots; slot++) {
         if (!trace_column(tr, grid, slot, t0, &med, &max)) continue;
         if (slot < kTraceUnits0)
@@ -1428,8 +1449,10 @@ bfp8_status trace_report(const unsigned long long *trace_d, int grid, int64_t m,
             interval_median(kTraceUnits0, kTraceUnits0 + 1, kTraceUnits));
     /* The producer's steps before its first stage, from the CTA's start; the second unit's epilogue steps, from its
      * start (16-bit outputs on the normal path only). */
-    fprintf(stderr, "; producer: prefetched %.2f dep-waited %.2f weight-issued %.2f stage-issued %.2f",
-            interval_median(kTraceStart, kTracePrefetched, 1), interval_median(kTraceStart, kTraceDepWaited, 1),
+    fprintf(stderr, "; producer: prefetched %.2f barriers-ready %.2f unit-decoded %.2f dep-waited %.2f "
+            "weight-issued %.2f stage-issued %.2f",
+            interval_median(kTraceStart, kTracePrefetched, 1), interval_median(kTraceStart, kTraceBarriersReady, 1),
+            interval_median(kTraceStart, kTraceUnitDecoded, 1), interval_median(kTraceStart, kTraceDepWaited, 1),
             interval_median(kTraceStart, kTraceFirstWeightIssued, 1),
             interval_median(kTraceStart, kTraceFirstIssued, 1));
     const int u1_epi = kTraceUnits0 + 2, u1_end = kTraceUnits0 + 3;
@@ -1476,6 +1499,33 @@ bool hopper_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_si
     return false;
 }
 
+/* The Divisor of d (1 <= d < 2^31; 0 is taken as 1, for a count that no unit divides by). */
+Divisor make_divisor(int d) {
+    if (d < 1) d = 1;
+    int log2_ceil = 0;
+    while ((1ll << log2_ceil) < d) log2_ceil++;
+    const int shift = 31 + log2_ceil;
+    return {d, (uint32_t)(((1ull << shift) + (uint64_t)d - 1) / (uint64_t)d), shift};
+}
+
+/* The plan's unit grid in the kernel's parameters: counts and decode_unit's divisors. */
+void set_unit_grid(HopperParams &hp, const Plan &pl, int64_t k) {
+    hp.kblocks = (int)bfp8_ceil_div(k, kBK);
+    hp.p_tiles = pl.p_tiles;
+    hp.q_tiles = pl.q_tiles;
+    hp.splits = pl.splits;
+    hp.kb_per_split = pl.kb_per_split;
+    hp.whole_units = pl.whole_units;
+    hp.units = pl.units;
+    hp.pair_p = pl.pair_p;
+    hp.pair_q = pl.pair_q;
+    const int p_count = pl.p_tiles / pl.pair_p, q_count = pl.q_tiles / pl.pair_q;
+    hp.tail_tiles = make_divisor(p_count * q_count - pl.whole_units);
+    hp.group_units = make_divisor(kGroupP * q_count);
+    hp.full_groups = p_count / kGroupP;
+    hp.last_group_rows = make_divisor(p_count % kGroupP);
+}
+
 /* Runs a problem hopper_takes() accepted. */
 bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     const int64_t m = args->m, n = args->n, k = args->k;
@@ -1506,13 +1556,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.m = m;
     hp.n = n;
     hp.k = k;
-    hp.kblocks = (int)kblocks;
-    hp.p_tiles = pl.p_tiles;
-    hp.q_tiles = pl.q_tiles;
-    hp.splits = pl.splits;
-    hp.kb_per_split = pl.kb_per_split;
-    hp.whole_units = pl.whole_units;
-    hp.units = pl.units;
+    set_unit_grid(hp, pl, k);
     hp.sb = (const float *)args->b_scales.data;
     hp.bias = args->bias;
     hp.bias_dtype = args->bias ? (int)args->bias_dtype : -1;
@@ -1524,8 +1568,6 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.q_last_rows = q_last_rows;
     hp.one_consumer = !pl.swap && m <= 64;
     hp.weight_evict_first = activation_tiles(pl) == 1 && evict_first_enabled();
-    hp.pair_p = pl.pair_p;
-    hp.pair_q = pl.pair_q;
     /* Clusters: the shared operand's map with a box of half its tile (each CTA multicasts one half). */
     if (pl.pair_p * pl.pair_q == 2) {
         const bool share_p = pl.pair_q == 2;
@@ -1663,6 +1705,77 @@ extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sm
 
 extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
     describe_plan(make_plan(m, n, k, sms, env_knobs()), out, size);
+}
+
+/* Host check of a plan's unit grid: decode_unit (with the launch's divisors) against the same decode by plain
+ * division, and every (tile, K block) covered by exactly one unit, the partial units exactly those whose columns
+ * the split-K reduce sums. */
+bool check_units(const Plan &pl, int64_t k, char *why, size_t why_size) {
+    HopperParams hp = {};
+    set_unit_grid(hp, pl, k);
+    const bool clusters = pl.pair_p * pl.pair_q == 2;
+    const int p_count = pl.p_tiles / pl.pair_p, q_count = pl.q_tiles / pl.pair_q, kblocks = hp.kblocks;
+    const int64_t whole_cols = whole_columns(pl);
+    const size_t cells = (size_t)pl.p_tiles * pl.q_tiles * kblocks;
+    unsigned char *covered = (unsigned char *)calloc(cells, 1);
+    if (!covered) {
+        snprintf(why, why_size, "out of host memory (%zu bytes)", cells);
+        return false;
+    }
+    bool ok = true;
+    for (int u = 0; ok && u < pl.units; u++) {
+        for (int rank = 0; rank < (clusters ? 2 : 1); rank++) {
+            const Unit w = clusters ? decode_unit<true>(hp, u, rank) : decode_unit<false>(hp, u, rank);
+            /* The reference: plain division. */
+            const bool whole = u < pl.whole_units;
+            const int tail = p_count * q_count - pl.whole_units, v = u - pl.whole_units;
+            const int split = whole ? 0 : v / tail, t = whole ? u : pl.whole_units + v % tail;
+            const int g = t / (kGroupP * q_count), r = t % (kGroupP * q_count);
+            const int rows = p_count - g * kGroupP < kGroupP ? p_count - g * kGroupP : kGroupP;
+            int pt = g * kGroupP + r % rows, qt = r / rows;
+            pt = pt * pl.pair_p + (pl.pair_p == 2 ? rank : 0);
+            qt = qt * pl.pair_q + (pl.pair_q == 2 ? rank : 0);
+            const int kb0 = whole ? 0 : split * pl.kb_per_split;
+            const int kb1 = whole || kb0 + pl.kb_per_split > kblocks ? kblocks : kb0 + pl.kb_per_split;
+            if (w.pt != pt || w.qt != qt || w.split != split || w.kb0 != kb0 || w.kb1 != kb1 ||
+                w.partial != (!whole && pl.splits > 1)) {
+                snprintf(why, why_size, "unit %d rank %d: decoded P %d Q %d split %d K blocks [%d, %d), want P %d Q %d "
+                         "split %d [%d, %d)", u, rank, w.pt, w.qt, w.split, w.kb0, w.kb1, pt, qt, split, kb0, kb1);
+                ok = false;
+                break;
+            }
+            if (pt < 0 || pt >= pl.p_tiles || qt < 0 || qt >= pl.q_tiles || kb0 >= kb1) {
+                snprintf(why, why_size, "unit %d: P %d Q %d K blocks [%d, %d) outside %d x %d tiles, %d K blocks", u,
+                         pt, qt, kb0, kb1, pl.p_tiles, pl.q_tiles, kblocks);
+                ok = false;
+                break;
+            }
+            const int64_t col0 = pl.swap ? (int64_t)pt * kBP : (int64_t)qt * pl.bq;
+            if (w.partial != (col0 >= whole_cols && pl.splits > 1)) {
+                snprintf(why, why_size, "unit %d: partial %d at column %lld, the reduce sums from column %lld", u,
+                         (int)w.partial, (long long)col0, (long long)whole_cols);
+                ok = false;
+                break;
+            }
+            for (int kb = kb0; kb < kb1; kb++) covered[((size_t)pt * pl.q_tiles + qt) * kblocks + kb]++;
+        }
+    }
+    for (size_t i = 0; ok && i < cells; i++) {
+        if (covered[i] != 1) {
+            snprintf(why, why_size, "P tile %zu Q tile %zu K block %zu computed %d times", i / kblocks / pl.q_tiles,
+                     i / kblocks % pl.q_tiles, i % kblocks, covered[i]);
+            ok = false;
+        }
+    }
+    free(covered);
+    return ok;
+}
+
+extern "C" bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, char *why,
+                                        size_t why_size) {
+    PlanKnobs knobs = env_knobs();
+    if (clusters) knobs.cluster = kClusterAny;
+    return check_units(make_plan(m, n, k, sms, knobs), k, why, why_size);
 }
 
 extern "C" void bfp8_hopper_cluster_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
