@@ -19,20 +19,20 @@ typedef struct golden_row {
 } golden_row;
 
 /* The H200 pins (bf16 and fp16 output alike), each where the pinned backend was measured faster (bench/RESULTS.md,
- * sessions of 04:30-05:15, 05:30-06:10 and of 2026-12-01 10:35 (v12) and 12:25 (v14)): hopper at M = 1, 16 and 64
- * (at 16 and 64 the normal path with one consumer warpgroup), at M=128 on every layer but q_b and kv_b (K <= 2048
- * and more tiles than SMs: cuBLASLt 1.09x faster there), at M=512 for q_a+kv_a (132 tiles of 64: one wave, 1.25x),
- * and, since v14's epilogue, at M = 512 and 4096 for q_b and kv_b (1.01-1.10x) and at M=4096 for shared.down (1.03x);
- * cuBLASLt elsewhere (at M = 512 and 4096 within 2% of hopper on the K >= 7168 layers, and shared.down at M=512). */
+ * sessions of 04:30-05:15, 05:30-06:10 and of 2026-12-01 10:35 (v12), 12:25 (v14) and 14:12 (v16)): hopper at M =
+ * 1, 16 and 64 (at 16 and 64 the normal path with one consumer warpgroup), at M=128 on every layer but q_b and kv_b
+ * (K <= 2048 and more tiles than SMs: cuBLASLt 1.03x and 0.99-1.02x there in v16), at M=512 on every layer
+ * (1.01-1.27x in v16's two clean runs) and at M=4096 with K <= 7168 (1.01-1.19x); cuBLASLt at M=4096 for o_proj and
+ * mlp.down (K > 7168: within 1% either way). */
 static const golden_row H200_TABLE[] = {
-    {"q_a+kv_a", 2112, 7168, {"hopper", "hopper", "hopper", "hopper", "hopper", "cublaslt"}},
+    {"q_a+kv_a", 2112, 7168, {"hopper", "hopper", "hopper", "hopper", "hopper", "hopper"}},
     {"q_b", 24576, 1536, {"hopper", "hopper", "hopper", "cublaslt", "hopper", "hopper"}},
     {"kv_b", 32768, 512, {"hopper", "hopper", "hopper", "cublaslt", "hopper", "hopper"}},
-    {"o_proj", 7168, 16384, {"hopper", "hopper", "hopper", "hopper", "cublaslt", "cublaslt"}},
-    {"mlp.gate_up", 36864, 7168, {"hopper", "hopper", "hopper", "hopper", "cublaslt", "cublaslt"}},
-    {"mlp.down", 7168, 18432, {"hopper", "hopper", "hopper", "hopper", "cublaslt", "cublaslt"}},
-    {"shared.gate_up", 4096, 7168, {"hopper", "hopper", "hopper", "hopper", "cublaslt", "cublaslt"}},
-    {"shared.down", 7168, 2048, {"hopper", "hopper", "hopper", "hopper", "cublaslt", "hopper"}},
+    {"o_proj", 7168, 16384, {"hopper", "hopper", "hopper", "hopper", "hopper", "cublaslt"}},
+    {"mlp.gate_up", 36864, 7168, {"hopper", "hopper", "hopper", "hopper", "hopper", "hopper"}},
+    {"mlp.down", 7168, 18432, {"hopper", "hopper", "hopper", "hopper", "hopper", "cublaslt"}},
+    {"shared.gate_up", 4096, 7168, {"hopper", "hopper", "hopper", "hopper", "hopper", "hopper"}},
+    {"shared.down", 7168, 2048, {"hopper", "hopper", "hopper", "hopper", "hopper", "hopper"}},
 };
 enum { NUM_LAYERS = sizeof H200_TABLE / sizeof H200_TABLE[0] };
 

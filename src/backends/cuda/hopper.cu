@@ -1647,16 +1647,16 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
  * the normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with
  * N=2112: few tiles, which cuBLASLt's fixed tiling leaves on idle SMs); M = 65..128 where the normal path splits only
  * its last wave's tiles (36864x7168 at M=128: 1.03x); M = 65..128 with K > 7168 (M=128 7168x16384 / 7168x18432:
- * 1.06x / 1.04x, v12); and, since v14's epilogue, M >= 512 with K <= 1536 and M >= 4096 with K <= 2048 (1.01-1.10x
- * in two clean runs on 32768x512 and 24576x1536 at M = 512 and 4096; 7168x2048 1.03x at M=4096, 0.99x at M=512). At
- * M = 512 and 4096 with K >= 7168 the two are within 1-2% either way (0.98-1.02x, the sign changing between runs
- * and versions), so cuBLASLt, the vendor path, keeps them. There cuBLASLt (priority 30) ranks above hopper (25),
- * which serves what it declines. */
+ * 1.06x / 1.04x, v12); and M >= 512 but for M >= 4096 with K > 7168: since v16's division-free unit decode, two
+ * clean runs had hopper faster at M=512 on every layer (1.01-1.06x with K >= 2048, 1.14-1.27x below) and at
+ * M=4096 with K <= 7168 (1.01-1.19x). At M=4096 with K > 7168 (7168x16384, 7168x18432) the two are within 1%
+ * either way (0.995-1.010x), so cuBLASLt, the vendor path, keeps them, as it keeps M=128 24576x1536 and 32768x512
+ * (0.97x and 0.99-1.02x). There cuBLASLt (priority 30) ranks above hopper (25), which serves what it declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     if (p->m <= 64) return 35;
     if (p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
-    if (p->m >= 512 && (p->k <= 1536 || (p->m >= 4096 && p->k <= 2048))) return 35;
+    if (p->m >= 512 && (p->m < 4096 || p->k <= 7168)) return 35;
     if (p->m <= 128) {
         if (p->k > 7168) return 35;
         const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
