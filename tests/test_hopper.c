@@ -59,7 +59,7 @@ static void test_caps(const bfp8_backend *b) {
     CHECK(b->caps.device == BFP8_DEVICE_CUDA && b->caps.min_arch == 90 && b->caps.max_arch == 90, "device/arch");
     /* Ranks above cublaslt (30) only where it was measured faster: M <= 64; M > 64 with K <= 7168 where
      * ceil(M/128) * ceil(N/64) <= 132; M = 65..128 where the normal path splits only its last wave's tiles, or
-     * with K > 7168; M >= 512 with K <= 1536, M >= 4096 with K <= 2048. Each rule tested at its edges. */
+     * with K > 7168; M >= 512, but for M >= 4096 with K > 7168. Each rule tested at its edges. */
     CHECK(b->caps.priority == 25 && b->priority_for, "priority %d", b->caps.priority);
     if (b->priority_for) {
         bfp8_problem r = {.device = BFP8_DEVICE_CUDA, .arch = 90, .out_dtype = BFP8_DTYPE_BF16};
@@ -69,9 +69,9 @@ static void test_caps(const bfp8_backend *b) {
                                     {65, 8448, 7168, 35}, {65, 8449, 7168, 25},  {128, 16384, 7168, 25},
                                     {128, 16384, 7184, 35}, {129, 16384, 7184, 25},
                                     {129, 4224, 2048, 35}, {129, 4225, 2048, 25}, {4096, 7168, 16384, 25},
-                                    {511, 32768, 512, 25}, {512, 32768, 512, 35}, {512, 24576, 1536, 35},
-                                    {512, 24576, 1537, 25}, {512, 7168, 2048, 25}, {4095, 7168, 2048, 25},
-                                    {4096, 7168, 2048, 35}, {4096, 7168, 2049, 25}};
+                                    {511, 32768, 512, 25}, {512, 32768, 512, 35}, {512, 24576, 1537, 35},
+                                    {512, 7168, 18432, 35}, {4095, 7168, 18432, 35}, {4096, 7168, 7168, 35},
+                                    {4096, 7168, 7169, 25}, {4096, 36864, 7168, 35}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             r.m = cases[i][0];
             r.n = cases[i][1];
