@@ -159,6 +159,10 @@ typedef struct bfp8_problem {
     uint32_t b_layouts;             /* ... and of weight-scale layouts on offer */
     bool has_bias;
     bfp8_dtype bias_dtype; /* ignored without bias */
+    /* The activations are quantized on the device by the kernel just before the GEMM, in the same stream (a
+     * bfp8_linear call on CUDA): a backend whose kernel can start before that one ends (hopper, launched as a
+     * programmatic dependent) hides its launch and first weight loads behind it, which changes the ranking. */
+    bool act_from_prior_kernel;
 } bfp8_problem;
 
 /* Capabilities, declared as data. A zero field means "no limit" where noted. */
@@ -322,7 +326,8 @@ typedef struct bfp8_linear_args {
 } bfp8_linear_args;
 
 /* The problem a linear call poses: activations are quantized in the call, so every layout of the weight's scale
- * format is on offer for them; the weight offers the layouts it holds on args->device. */
+ * format is on offer for them (and on CUDA they come from the kernel before the GEMM: act_from_prior_kernel); the
+ * weight offers the layouts it holds on args->device. */
 bfp8_status bfp8_problem_from_linear(const bfp8_weight *w, const bfp8_linear_args *args, bfp8_problem *out);
 /* y = dequant(quant(x)) @ dequant(w)^T + bias: x quantized in 1x128 groups with the weight's scale format, the
  * GEMM through the dispatcher (d = NULL: default). The equivalent of SGLang's apply_w8a8_block_fp8_linear. */

@@ -66,6 +66,7 @@ bfp8_status bfp8_problem_from_linear(const bfp8_weight *w, const bfp8_linear_arg
         .b_layouts = args->device == BFP8_DEVICE_CUDA ? wi.device_layouts : wi.host_layouts,
         .has_bias = args->bias != NULL,
         .bias_dtype = args->bias ? args->bias_dtype : BFP8_DTYPE_F32,
+        .act_from_prior_kernel = args->device == BFP8_DEVICE_CUDA,
     };
     return BFP8_OK;
 }

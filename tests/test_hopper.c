@@ -59,7 +59,8 @@ static void test_caps(const bfp8_backend *b) {
     CHECK(b->caps.device == BFP8_DEVICE_CUDA && b->caps.min_arch == 90 && b->caps.max_arch == 90, "device/arch");
     /* Ranks above cublaslt (30) only where it was measured faster: M <= 64; M > 64 with K <= 7168 where
      * ceil(M/128) * ceil(N/64) <= 132; M = 65..128 where the normal path splits only its last wave's tiles, or
-     * with K > 7168; M >= 512, but for M >= 4096 with K > 7168. Each rule tested at its edges. */
+     * with K > 7168 or in a linear call (act_from_prior_kernel); M >= 512, but for M >= 4096 with K > 7168. Each
+     * rule tested at its edges. */
     CHECK(b->caps.priority == 25 && b->priority_for, "priority %d", b->caps.priority);
     if (b->priority_for) {
         bfp8_problem r = {.device = BFP8_DEVICE_CUDA, .arch = 90, .out_dtype = BFP8_DTYPE_BF16};
@@ -79,6 +80,18 @@ static void test_caps(const bfp8_backend *b) {
             CHECK(b->priority_for(b, &r) == (int)cases[i][3], "priority for M=%lld N=%lld K=%lld: %d", (long long)r.m,
                   (long long)r.n, (long long)r.k, b->priority_for(b, &r));
         }
+        /* A linear call (activations from the kernel before): first at every M <= 128, no change above. */
+        const int64_t linear_cases[][4] = {{65, 32768, 512, 35}, {128, 24576, 1536, 35}, {128, 16384, 7168, 35},
+                                           {129, 32768, 512, 25}, {511, 32768, 512, 25}, {4096, 7168, 16384, 25}};
+        r.act_from_prior_kernel = true;
+        for (size_t i = 0; i < sizeof linear_cases / sizeof linear_cases[0]; i++) {
+            r.m = linear_cases[i][0];
+            r.n = linear_cases[i][1];
+            r.k = linear_cases[i][2];
+            CHECK(b->priority_for(b, &r) == (int)linear_cases[i][3], "linear-call priority for M=%lld N=%lld K=%lld: %d",
+                  (long long)r.m, (long long)r.n, (long long)r.k, b->priority_for(b, &r));
+        }
+        r.act_from_prior_kernel = false;
     }
     const uint32_t aal = BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED), brm = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR);
     char why[BFP8_REASON_MAX];

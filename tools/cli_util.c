@@ -243,4 +243,5 @@ void cli_linear_problem(bfp8_problem *p, bfp8_device device, int arch, int64_t m
         p->b_layouts = device == BFP8_DEVICE_CPU ? info.host_layouts : info.device_layouts;
     p->has_bias = has_bias;
     p->bias_dtype = has_bias ? bias_dtype : BFP8_DTYPE_F32;
+    p->act_from_prior_kernel = device == BFP8_DEVICE_CUDA; /* quantized on the device just before the GEMM */
 }

@@ -1651,14 +1651,18 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
  * clean runs had hopper faster at M=512 on every layer (1.01-1.06x with K >= 2048, 1.14-1.27x below) and at
  * M=4096 with K <= 7168 (1.01-1.19x). At M=4096 with K > 7168 (7168x16384, 7168x18432) the two are within 1%
  * either way (0.995-1.010x), so cuBLASLt, the vendor path, keeps them, as it keeps M=128 24576x1536 and 32768x512
- * (0.97x and 0.99-1.02x). There cuBLASLt (priority 30) ranks above hopper (25), which serves what it declines. */
+ * (0.97x and 0.99-1.02x) in a plain GEMM call. Inside bfp8_linear (act_from_prior_kernel) hopper starts behind the
+ * activation quantization and streams its weights before the activations exist, which cuBLASLt cannot: there the
+ * same two M=128 layers took 23.9 / 16.7 us on hopper against 26.1 / 19.0 on cuBLASLt (v16's model step), so it
+ * ranks first at every M <= 128 of a linear call. There cuBLASLt (priority 30) ranks above hopper (25), which
+ * serves what it declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     if (p->m <= 64) return 35;
     if (p->k <= 7168 && normal_tiles(p->m, p->n, 64) <= 132) return 35;
     if (p->m >= 512 && (p->m < 4096 || p->k <= 7168)) return 35;
     if (p->m <= 128) {
-        if (p->k > 7168) return 35;
+        if (p->k > 7168 || p->act_from_prior_kernel) return 35;
         const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
         if (!pl.swap && pl.whole_units > 0) return 35;
     }
