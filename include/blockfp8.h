@@ -22,7 +22,8 @@
 extern "C" {
 #endif
 
-#define BFP8_VERSION "0.1.0"
+/* 0.2.0: bfp8_problem gained act_from_prior_kernel, so its size changed: rebuild programs built against 0.1.0. */
+#define BFP8_VERSION "0.2.0"
 #define BFP8_BLOCK 128 /* group width along K, and the weight block edge */
 
 /* ---------------------------------------------------------------------------------------------------------------

@@ -396,9 +396,10 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
 }
 
 static void describe_problem(const bfp8_problem *p, char *buf, size_t size) {
-    snprintf(buf, size, "device=%s m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " out=%s scales=%s bias=%s",
+    snprintf(buf, size, "device=%s m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " out=%s scales=%s bias=%s%s",
              bfp8_device_name(p->device), p->m, p->n, p->k, bfp8_dtype_name(p->out_dtype),
-             bfp8_scale_format_name(p->scale_format), p->has_bias ? bfp8_dtype_name(p->bias_dtype) : "none");
+             bfp8_scale_format_name(p->scale_format), p->has_bias ? bfp8_dtype_name(p->bias_dtype) : "none",
+             p->act_from_prior_kernel ? " acts=prior-kernel" : "");
 }
 
 bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *dec) {

@@ -270,6 +270,11 @@ expect 1 "$cli" explain --m 16 --n 2112 --k 7168 --device cuda --arch 90 --backe
 has out "cpu "
 has err "blockfp8 explain: strict cpu cannot run this problem: "
 has err "cuda"
+has out "problem: device=cuda m=16 n=2112 k=7168 out=bf16 scales=fp32 bias=none acts=prior-kernel"
+# --gemm: a plain GEMM call's problem (activations arrive quantized; no kernel for hopper to start behind).
+expect 1 "$cli" explain --m 16 --n 2112 --k 7168 --device cuda --arch 90 --gemm --backend cpu --strict
+has out "problem: device=cuda m=16 n=2112 k=7168 out=bf16 scales=fp32 bias=none arch=sm_90"
+lacks out "acts=prior-kernel"
 expect 1 "$cli" explain --m 1 --n 1 --k 1 --backend no_such_backend
 has err "no backend named"
 

@@ -52,6 +52,9 @@ static bfp8_status invoke(bfp8_dispatcher *d, bfp8_dtype out, int64_t k, bfp8_sc
     bfp8_gemm_args g = {.m = M, .n = N, .k = k, .a = a, .b = b, .y = y, .y_dtype = out, .device = BFP8_DEVICE_CPU};
     bfp8_scales_init(&g.a_scales, format, BFP8_LAYOUT_ROW_MAJOR, M, kb, sa);
     bfp8_scales_init(&g.b_scales, format, BFP8_LAYOUT_ROW_MAJOR, N / 128, kb, sb);
+    /* A plain GEMM's activations arrive quantized: its problem never claims a kernel to start behind. */
+    bfp8_problem p;
+    CHECK(bfp8_problem_from_gemm(&g, &p) != BFP8_OK || !p.act_from_prior_kernel, "gemm problem: act_from_prior_kernel");
     bfp8_status st = bfp8_gemm(d, &g);
     free(a), free(b), free(sa), free(sb), free(y);
     return st;

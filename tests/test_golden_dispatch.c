@@ -48,7 +48,7 @@ static bfp8_problem layer_problem(bfp8_device device, int64_t m, const golden_ro
 }
 
 /* The pin of the same layer in a plain GEMM call (activations already quantized): as in the table but for q_b and
- * kv_b at M=128, where cuBLASLt was 1.03x and 0.99-1.02x faster as a GEMM (v16's clean tables). */
+ * kv_b at M=128, where hopper was 0.97-0.98x and 0.99-1.02x of cuBLASLt as a GEMM (v16's three clean tables). */
 static const char *gemm_pin(const golden_row *row, int mi) {
     if (MS[mi] == 128 && (strcmp(row->layer, "q_b") == 0 || strcmp(row->layer, "kv_b") == 0)) return "cublaslt";
     return row->backend[mi];

@@ -88,8 +88,9 @@ static void test_caps(const bfp8_backend *b) {
             r.m = linear_cases[i][0];
             r.n = linear_cases[i][1];
             r.k = linear_cases[i][2];
-            CHECK(b->priority_for(b, &r) == (int)linear_cases[i][3], "linear-call priority for M=%lld N=%lld K=%lld: %d",
-                  (long long)r.m, (long long)r.n, (long long)r.k, b->priority_for(b, &r));
+            CHECK(b->priority_for(b, &r) == (int)linear_cases[i][3],
+                  "linear-call priority for M=%lld N=%lld K=%lld: %d", (long long)r.m, (long long)r.n, (long long)r.k,
+                  b->priority_for(b, &r));
         }
         r.act_from_prior_kernel = false;
     }
@@ -583,6 +584,12 @@ static void linear_case(bfp8_dispatcher *dev, bfp8_dispatcher *host, int64_t m, 
                                .bias_dtype = BFP8_DTYPE_F32, .y = y_ref, .y_dtype = BFP8_DTYPE_F32,
                                .device = BFP8_DEVICE_CPU};
         CHECK_OK(bfp8_linear(host, wt, &lh));
+        /* The problems the two calls pose: only the device call's activations come from a kernel before the GEMM. */
+        bfp8_problem pd, ph;
+        CHECK_OK(bfp8_problem_from_linear(wt, &la, &pd));
+        CHECK_OK(bfp8_problem_from_linear(wt, &lh, &ph));
+        CHECK(pd.act_from_prior_kernel && !ph.act_from_prior_kernel, "act_from_prior_kernel: cuda %d, cpu %d",
+              (int)pd.act_from_prior_kernel, (int)ph.act_from_prior_kernel);
         double err2 = 0, ref2 = 0;
         int64_t bad = 0;
         for (int64_t i = 0; i < m * n; i++) {
@@ -728,7 +735,8 @@ static void test_unit_grids(void) {
     static const int64_t shapes[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {36864, 7168},
                                         {7168, 18432}, {4096, 7168},  {7168, 2048},  {8576, 4096},  {2048, 512},
                                         {200, 300},    {1, 1},        {256, 8192},   {130, 129}};
-    static const int64_t ms[] = {1, 5, 8, 9, 16, 33, 64, 65, 100, 128, 129, 256, 512, 1000, 4095, 4096};
+    /* 1200 and 2000: 10 and 16 P tiles, several rasterization groups with a partial last one (and 8 pairs). */
+    static const int64_t ms[] = {1, 5, 8, 9, 16, 33, 64, 65, 100, 128, 129, 256, 512, 1000, 1200, 2000, 4095, 4096};
     static const int sms[] = {132, 114, 78, 7, 2, 1};
     int checked = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)

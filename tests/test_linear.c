@@ -158,6 +158,11 @@ static void test_nonfinite(void) {
     CHECK_OK(bfp8_weight_quantize(&wt, w, BFP8_DTYPE_F32, N, K, BFP8_SCALE_FP32, NULL));
     bfp8_linear_args a = {.x = x, .x_dtype = BFP8_DTYPE_F32, .m = M, .y = y, .y_dtype = BFP8_DTYPE_F32,
                           .device = BFP8_DEVICE_CPU};
+    /* On the CPU the activations are quantized on the host: no kernel for a GEMM to start behind (test_hopper
+     * checks the CUDA call's problem, which has one). */
+    bfp8_problem p;
+    CHECK_OK(bfp8_problem_from_linear(wt, &a, &p));
+    CHECK(!p.act_from_prior_kernel, "a CPU linear call claims its activations come from a prior kernel");
     CHECK_OK(bfp8_linear(d, wt, &a));
     CHECK(bfp8_dispatcher_nonfinite_inputs(d) == 2, "nonfinite count %llu",
           (unsigned long long)bfp8_dispatcher_nonfinite_inputs(d));

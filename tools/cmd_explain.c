@@ -8,17 +8,19 @@
 static const char usage[] =
     "usage: blockfp8 explain --m M --n N --k K [--out-dtype bf16|fp16|fp32] [--scale-format fp32|ue8m0]\n"
     "                        [--device cpu|cuda] [--arch SM] [--bias] [--bias-dtype fp32|bf16|fp16]\n"
-    "                        [--backend NAME] [--strict]\n"
+    "                        [--gemm] [--backend NAME] [--strict]\n"
     "\n"
     "Prints every registered backend with \"ok\" or the reason it cannot run the problem, the backends built in\n"
     "but unavailable here, and the one the policy chooses. The problem is the one a linear call poses (activations\n"
-    "quantized in the call; on cuda by the kernel just before the GEMM, which lets hopper start early).\n"
+    "quantized in the call; on cuda by the kernel just before the GEMM, which lets hopper start early: the problem\n"
+    "line then ends in acts=prior-kernel).\n"
     "  --m, --n, --k     problem shape: activations [M,K], weight [N,K]\n"
     "  --out-dtype       output dtype (default bf16)\n"
     "  --scale-format    scale format of both operands (default fp32)\n"
     "  --device          where the data lives (default cpu)\n"
     "  --arch SM         CUDA compute capability x10 (default: the current device's, for --device cuda)\n"
     "  --bias            the layer has a bias (dtype from --bias-dtype, default fp32)\n"
+    "  --gemm            a plain GEMM call instead: the activations arrive quantized (no kernel to start behind)\n"
     "  --backend NAME    prefer NAME (default policy: auto, or BFP8_BACKEND)\n"
     "  --strict          NAME or nothing: exit 1 with the reason when NAME cannot run the problem\n";
 
@@ -28,7 +30,7 @@ int cmd_explain(int argc, char **argv) {
     bfp8_dtype out_dtype = BFP8_DTYPE_BF16, bias_dtype = BFP8_DTYPE_F32;
     bfp8_scale_format format = BFP8_SCALE_FP32;
     bfp8_device device = BFP8_DEVICE_CPU;
-    bool has_bias = false, strict = false;
+    bool has_bias = false, strict = false, gemm = false;
     const char *backend = NULL;
     int rc;
 
@@ -39,6 +41,8 @@ int cmd_explain(int argc, char **argv) {
             return CLI_OK;
         } else if (strcmp(argv[i], "--bias") == 0) {
             has_bias = true;
+        } else if (strcmp(argv[i], "--gemm") == 0) {
+            gemm = true;
         } else if (strcmp(argv[i], "--strict") == 0) {
             strict = true;
         } else if (cli_opt(argc, argv, &i, "--m", &v)) {
@@ -80,6 +84,7 @@ int cmd_explain(int argc, char **argv) {
     if (arch < 0) arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0;
     bfp8_problem p;
     cli_linear_problem(&p, device, (int)arch, m, n, k, out_dtype, format, NULL, has_bias, bias_dtype);
+    if (gemm) p.act_from_prior_kernel = false;
 
     st = bfp8_dispatcher_explain(d, &p, stdout);
     fflush(stdout);

@@ -35,7 +35,8 @@
  * (not in the cluster kernels). Inside bfp8_linear the kernel is launched as a programmatic dependent of the
  * activation quantization: those early loads are the first stages' weight tiles only, and the producer waits
  * for that kernel (griddepcontrol.wait) only before it loads activations, so launch and first-byte latency overlap
- * the quantization. The cluster kernels issue nothing before that wait (since v15; before, their weights went early too).
+ * the quantization. The cluster kernels issue nothing before that wait (since v15; before, their weights went early
+ * too).
  * Opt-in (BFP8_HOPPER_CLUSTER, measured slower): the normal path in 2-CTA clusters whose tiles share one operand's
  * tile, each CTA loading half of it with TMA multicast into both; the two producers tell each other when a stage
  * is free, so the consumer loop is that of the plain kernel (HopperParams::pair_p).
@@ -1509,8 +1510,8 @@ Divisor make_divisor(int d) {
 }
 
 /* The plan's unit grid in the kernel's parameters: counts and decode_unit's divisors. */
-void set_unit_grid(HopperParams &hp, const Plan &pl, int64_t k) {
-    hp.kblocks = (int)bfp8_ceil_div(k, kBK);
+void set_unit_grid(HopperParams &hp, const Plan &pl, int kblocks) {
+    hp.kblocks = kblocks;
     hp.p_tiles = pl.p_tiles;
     hp.q_tiles = pl.q_tiles;
     hp.splits = pl.splits;
@@ -1556,7 +1557,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.m = m;
     hp.n = n;
     hp.k = k;
-    set_unit_grid(hp, pl, k);
+    set_unit_grid(hp, pl, (int)kblocks);
     hp.sb = (const float *)args->b_scales.data;
     hp.bias = args->bias;
     hp.bias_dtype = args->bias ? (int)args->bias_dtype : -1;
@@ -1651,11 +1652,13 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
  * clean runs had hopper faster at M=512 on every layer (1.01-1.06x with K >= 2048, 1.14-1.27x below) and at
  * M=4096 with K <= 7168 (1.01-1.19x). At M=4096 with K > 7168 (7168x16384, 7168x18432) the two are within 1%
  * either way (0.995-1.010x), so cuBLASLt, the vendor path, keeps them, as it keeps M=128 24576x1536 and 32768x512
- * (0.97x and 0.99-1.02x) in a plain GEMM call. Inside bfp8_linear (act_from_prior_kernel) hopper starts behind the
+ * (0.97-0.98x and 0.99-1.02x) in a plain GEMM call. Inside bfp8_linear (act_from_prior_kernel) hopper starts behind the
  * activation quantization and streams its weights before the activations exist, which cuBLASLt cannot: there the
  * same two M=128 layers took 23.9 / 16.7 us on hopper against 26.1 / 19.0 on cuBLASLt (v16's model step), so it
- * ranks first at every M <= 128 of a linear call. There cuBLASLt (priority 30) ranks above hopper (25), which
- * serves what it declines. */
+ * ranks first at every M <= 128 of a linear call. The rules extrapolate from the measured M (1, 16, 64, 128, 512,
+ * 4096) to the M between, and the linear-call rule assumes the default launch (it does not look at the switches
+ * that turn the early weights off). Elsewhere cuBLASLt (priority 30) ranks above hopper (25), which serves what it
+ * declines. */
 int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     (void)self;
     if (p->m <= 64) return 35;
@@ -1697,26 +1700,12 @@ const bfp8_backend kHopperBackend = {
     hopper_priority,
 };
 
-} // namespace
-
-extern "C" const bfp8_backend *bfp8_hopper_backend(void) { return &kHopperBackend; }
-
-extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size) {
-    return hopper_takes(args, arch, why, why_size);
-}
-
-extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms) { return hopper_run(args, sms); }
-
-extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
-    describe_plan(make_plan(m, n, k, sms, env_knobs()), out, size);
-}
-
 /* Host check of a plan's unit grid: decode_unit (with the launch's divisors) against the same decode by plain
  * division, and every (tile, K block) covered by exactly one unit, the partial units exactly those whose columns
  * the split-K reduce sums. */
 bool check_units(const Plan &pl, int64_t k, char *why, size_t why_size) {
     HopperParams hp = {};
-    set_unit_grid(hp, pl, k);
+    set_unit_grid(hp, pl, (int)bfp8_ceil_div(k, kBK));
     const bool clusters = pl.pair_p * pl.pair_q == 2;
     const int p_count = pl.p_tiles / pl.pair_p, q_count = pl.q_tiles / pl.pair_q, kblocks = hp.kblocks;
     const int64_t whole_cols = whole_columns(pl);
@@ -1773,6 +1762,20 @@ bool check_units(const Plan &pl, int64_t k, char *why, size_t why_size) {
     }
     free(covered);
     return ok;
+}
+
+} // namespace
+
+extern "C" const bfp8_backend *bfp8_hopper_backend(void) { return &kHopperBackend; }
+
+extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size) {
+    return hopper_takes(args, arch, why, why_size);
+}
+
+extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms) { return hopper_run(args, sms); }
+
+extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
+    describe_plan(make_plan(m, n, k, sms, env_knobs()), out, size);
 }
 
 extern "C" bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, char *why,
