@@ -1750,13 +1750,16 @@ bool check_units(const Plan &pl, int64_t k, char *why, size_t why_size) {
                 ok = false;
                 break;
             }
-            for (int kb = kb0; kb < kb1; kb++) covered[((size_t)pt * pl.q_tiles + qt) * kblocks + kb]++;
+            for (int kb = kb0; kb < kb1; kb++) { /* counts saturate at 2: "more than once" */
+                unsigned char *c = &covered[((size_t)pt * pl.q_tiles + qt) * kblocks + kb];
+                *c = *c < 2 ? *c + 1 : 2;
+            }
         }
     }
     for (size_t i = 0; ok && i < cells; i++) {
         if (covered[i] != 1) {
-            snprintf(why, why_size, "P tile %zu Q tile %zu K block %zu computed %d times", i / kblocks / pl.q_tiles,
-                     i / kblocks % pl.q_tiles, i % kblocks, covered[i]);
+            snprintf(why, why_size, "P tile %zu Q tile %zu K block %zu computed %s", i / kblocks / pl.q_tiles,
+                     i / kblocks % pl.q_tiles, i % kblocks, covered[i] ? "more than once" : "by no unit");
             ok = false;
         }
     }
