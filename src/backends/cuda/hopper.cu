@@ -149,6 +149,11 @@ struct HopperParams {
      * Correct, but measured 1-20% slower than the plain kernel in each of the 21 DeepSeek-R1 cells at M >= 128
      * where they apply (bench/hopper-notes.md, v10), so the plan never picks them unless asked to. */
     int pair_p, pair_q;
+    /* CSPLIT kernels (swapped, split K, no whole tiles): the `csplit` splits of a tile run in the CTAs of one
+     * cluster, cluster c taking tiles c, c + clusters, ... and its CTA of rank r split r, and the splits are summed
+     * over distributed shared memory instead of by the reduce kernel (no workspace, no second kernel). 0 in the
+     * other kernels. */
+    int csplit;
 };
 /* The stamps of a trace build, per CTA (not in time order: the first boxes usually go out at entry, before the CTA
  * synchronizes): its start; the barriers initialized and the CTA synchronized; in the producer's thread: the maps
@@ -273,11 +278,12 @@ template <bool CLUSTER> __host__ __device__ __forceinline__ Unit decode_unit(con
     return w;
 }
 
-template <int BQ, bool SWAP, bool CLUSTER>
+template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT = false>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ KernelMaps<CLUSTER> maps, const HopperParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(!CLUSTER || !SWAP, "2-CTA clusters run the normal path only");
+    static_assert(!CSPLIT || (SWAP && !CLUSTER), "splits summed in a cluster: the swapped path");
     using C = Config<BQ, SWAP>;
     constexpr int kStages = C::kStages;
     constexpr int kScaleRows = SWAP ? BQ : kBP; /* activation scales per K block of a tile */
@@ -308,6 +314,14 @@ __global__ void __launch_bounds__(kThreads, 1)
      * in steps of the cluster count (both CTAs of a cluster walk the same units, and rank picks each one's tile of
      * a unit's pair). Written out where used: helpers for them changed the other kernels' instruction schedule. */
     const int rank = CLUSTER ? (int)cluster_ctarank() : 0;
+    /* CSPLIT: the CTA of rank r in cluster c walks split r's units of the cluster's tiles: r * T + c, then in steps
+     * of the cluster count, below (r + 1) * T (decode_unit numbers the T tiles of one split together). */
+    const int split_rank = CSPLIT ? (int)cluster_ctarank() : 0;
+    /* Written out at each use as macros (#undef after the kernel): as variables or helpers computed once, they
+     * changed the other kernels' code (checked in the SASS; v10 saw the same with lambdas). */
+#define BFP8_U_FIRST (CSPLIT ? split_rank * p.tail_tiles.d + (int)cluster_id_x() : (CLUSTER ? blockIdx.x / 2 : blockIdx.x))
+#define BFP8_U_END (CSPLIT ? (split_rank + 1) * p.tail_tiles.d : p.units)
+#define BFP8_U_STEP (CSPLIT ? (int)cluster_count_x() : (CLUSTER ? gridDim.x / 2 : gridDim.x))
     /* The producer's loads (thread 0, at entry and in the producer loop). A unit's boxes: the smaller one for a
      * last tile that the matrix ends inside. */
     auto p_last = [&](const Unit &unit) { return p.p_last_rows && unit.pt == p.p_tiles - 1; };
@@ -388,8 +402,8 @@ __global__ void __launch_bounds__(kThreads, 1)
          * issued ~1.0 us after the CTA started; from here 0.61-0.64 (bench/hopper-notes.md v15). Not with clusters:
          * loads into the other CTA wait for the cluster's barrier. */
         const int entry_max = min(kStages, p.entry_stages);
-        if (!CLUSTER && entry_max > 0 && (int)blockIdx.x < p.units) {
-            const Unit unit = decode_unit<CLUSTER>(p, blockIdx.x, rank);
+        if (!CLUSTER && entry_max > 0 && (CSPLIT ? BFP8_U_FIRST < BFP8_U_END : (int)blockIdx.x < p.units)) {
+            const Unit unit = decode_unit<CLUSTER>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
             if (trace) trace[kTraceUnitDecoded] = global_ns();
             for (int kb = unit.kb0; kb < unit.kb1 && entry_issued < entry_max; kb++, entry_issued++) {
                 mbar_arrive_expect_tx(full0 + 8 * entry_issued, stage_bytes(unit));
@@ -401,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         }
     }
-    if (CLUSTER)
+    if (CLUSTER || CSPLIT)
         cluster_sync_relaxed(); /* the other CTA's barriers exist before anything arrives on them or loads into it */
     else
         __syncthreads();
@@ -434,7 +448,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             asm volatile("griddepcontrol.wait;\n" ::: "memory");
             if (trace) trace[kTraceDepWaited] = global_ns();
             if (p.dependent && entry_issued) {
-                const Unit unit = decode_unit<CLUSTER>(p, blockIdx.x, rank);
+                const Unit unit = decode_unit<CLUSTER>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
 #pragma unroll 1
                 for (int i = 0; i < entry_issued; i++) load_acts(i, unit, unit.kb0 + i);
                 if (trace) trace[kTraceFirstIssued] = global_ns();
@@ -442,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             /* The stages issued at entry are the first unit's first ones: the loop goes on after them. */
             int stage = entry_issued % kStages, issued = entry_issued, skip = entry_issued;
             uint32_t phase = entry_issued == kStages;
-            for (int u = CLUSTER ? blockIdx.x / 2 : blockIdx.x; u < p.units; u += CLUSTER ? gridDim.x / 2 : gridDim.x) {
+            for (int u = BFP8_U_FIRST; u < BFP8_U_END; u += BFP8_U_STEP) {
                 const Unit unit = decode_unit<CLUSTER>(p, u, rank);
                 for (int kb = unit.kb0 + skip; kb < unit.kb1; kb++, issued++) {
                     mbar_wait(empty0 + 8 * stage, phase ^ 1);
@@ -585,7 +599,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         };
 
         int units_done = 0;
-        for (int u = CLUSTER ? blockIdx.x / 2 : blockIdx.x; u < p.units; u += CLUSTER ? gridDim.x / 2 : gridDim.x) {
+        for (int u = BFP8_U_FIRST; u < BFP8_U_END; u += BFP8_U_STEP) {
             const Unit unit = decode_unit<CLUSTER>(p, u, rank);
             const int pt = unit.pt, qt = unit.qt, split = unit.split;
             const int kb0 = unit.kb0, kb1 = unit.kb1;
@@ -773,6 +787,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                  * write rows of y (or of the split's partials) four columns at a time. */
                 float *sf = (float *)stage_out;
                 constexpr int kPitchF = C::kOutPitch / 4;
+                /* CSPLIT: the other CTAs of the cluster have read this staging area's previous tile. */
+                if (CSPLIT && units_done > 0) cluster_wait_acquire();
                 named_barrier_sync(1 + wg);
 #pragma unroll
                 for (int i = 0; i < BQ / 2; i++) {
@@ -781,14 +797,33 @@ __global__ void __launch_bounds__(kThreads, 1)
                     sf[m_local * kPitchF + n_local] = total[i];
                 }
                 named_barrier_sync(1 + wg);
+                /* CSPLIT: every CTA of the cluster has its split of the tile staged at the same offset. Once all have
+                 * (a cluster barrier: the consumers take part, the producer warps have exited), this CTA sums its
+                 * share of the chunks (rank r those whose index is r modulo the cluster size) over the cluster in
+                 * split order. */
+                if (CSPLIT) {
+                    cluster_arrive_release();
+                    cluster_wait_acquire();
+                }
                 for (int idx = t; idx < BQ * 16; idx += 128) {
                     const int r = idx / 16, ch = idx % 16;
                     const int64_t row = q_base + r, col = p_base + ch * 4;
-                    if (row >= p.m || col >= p.n) continue;
-                    float4 v = *(const float4 *)(sf + r * kPitchF + ch * 4);
+                    if (row >= p.m || col >= p.n || (CSPLIT && idx % p.csplit != split_rank)) continue;
+                    float4 v;
+                    if (CSPLIT) { /* this chunk of every CTA's staging, in split (rank) order */
+                        const uint32_t chunk = smem_u32(sf + r * kPitchF + ch * 4);
+                        v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                        for (int q = 0; q < p.csplit; q++) {
+                            const uint32_t peer = cluster_peer_addr(chunk, q);
+                            v.x += ld_shared_cluster_f32(peer), v.y += ld_shared_cluster_f32(peer + 4);
+                            v.z += ld_shared_cluster_f32(peer + 8), v.w += ld_shared_cluster_f32(peer + 12);
+                        }
+                    } else {
+                        v = *(const float4 *)(sf + r * kPitchF + ch * 4);
+                    }
                     float vals[4] = {v.x, v.y, v.z, v.w};
                     const bool whole = col + 4 <= p.n && (p.n % 4) == 0;
-                    if (unit.partial) {
+                    if (unit.partial && !CSPLIT) {
                         float *dst = p.workspace + ((int64_t)split * p.m + row) * p.n + col;
                         if (whole) {
                             *(float4 *)dst = v;
@@ -814,15 +849,21 @@ __global__ void __launch_bounds__(kThreads, 1)
                         for (int e = 0; e < 4 && col + e < p.n; e++) bfp8_dev_store_f32(p.y, p.y_dtype, o + e, vals[e]);
                     }
                 }
+                if (CSPLIT) cluster_arrive_release(); /* this CTA has read its share of every CTA's staging */
             }
             if (trace && wg == 0 && t == 0 && units_done < kTraceUnits)
                 trace[kTraceUnits0 + 2 * units_done + 1] = global_ns();
             units_done++;
         }
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all(); /* the last stores complete before the CTA exits */
+        /* CSPLIT: no CTA exits while another still reads its shared memory. */
+        if (CSPLIT && units_done > 0) cluster_wait_acquire();
     }
 #endif
 }
+#undef BFP8_U_FIRST
+#undef BFP8_U_END
+#undef BFP8_U_STEP
 
 /* Sums the split-K partials of columns [n0, n) in split order, adds the bias, rounds once (columns below n0 came
  * from whole tiles, written by the GEMM). With vec (n and n0 multiples of 4, y 16-byte aligned) each thread handles
@@ -1251,14 +1292,19 @@ struct KernelLaunch {
     KernelLaunch(const KernelLaunch &) = delete; /* cfg points into the object */
 };
 
+/* Dynamic shared memory of a kernel: CLUSTER kernels keep one more barrier per stage (peer_free), in Config's 256
+ * bytes of slack. */
+template <int BQ, bool SWAP, bool CLUSTER> constexpr int kernel_smem() {
+    return Config<BQ, SWAP>::kSmemBytes + (CLUSTER ? 8 * Config<BQ, SWAP>::kStages : 0);
+}
+
 /* Launches a persistent grid of `grid` CTAs (fewer with clusters, if fewer clusters fit at once; *launched says how
  * many). */
-template <int BQ, bool SWAP, bool CLUSTER>
+template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT = false>
 cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &hp, int grid, cudaStream_t stream,
                           int *launched) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER>;
-    /* Cluster kernels keep one more barrier per stage (peer_free), in Config's 256 bytes of slack. */
-    const int smem = Config<BQ, SWAP>::kSmemBytes + (CLUSTER ? 8 * Config<BQ, SWAP>::kStages : 0);
+    auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER, CSPLIT>;
+    const int smem = kernel_smem<BQ, SWAP, CLUSTER>();
     static_assert(Config<BQ, SWAP>::kSmemBytes + 8 * Config<BQ, SWAP>::kStages <= kMaxSmem, "peer_free barriers");
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (!attr_set) {
@@ -1267,7 +1313,7 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         attr_set = true;
     }
     *launched = grid;
-    if (!hp.dependent && !CLUSTER) {
+    if (!hp.dependent && !CLUSTER && !CSPLIT) {
         kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
         return cudaGetLastError();
     }
@@ -1285,14 +1331,16 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         }
         if (grid > 2 * max_clusters) *launched = 2 * max_clusters;
     }
-    /* A programmatic dependent of the kernel before it (see HopperParams::dependent). */
-    const KernelLaunch launch(*launched, kThreads, smem, stream, hp.dependent, CLUSTER ? 2 : 1);
+    /* A programmatic dependent of the kernel before it (see HopperParams::dependent). CSPLIT: the whole plan in
+     * clusters of hp.csplit, all resident at once (cluster_split_ways). */
+    const KernelLaunch launch(*launched, kThreads, smem, stream, hp.dependent, CLUSTER ? 2 : CSPLIT ? hp.csplit : 1);
     return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
 }
 
 cudaError_t launch_planned(const Plan &pl, const ClusterTensorMaps &maps, const HopperParams &hp,
                            cudaStream_t stream, int *launched) {
     const bool cluster = pl.pair_p * pl.pair_q == 2;
+    if (hp.csplit) return launch_kernel<8, true, false, true>(maps, hp, pl.units, stream, launched);
     if (!pl.swap) {
         switch (pl.bq) {
         case 64:
@@ -1527,6 +1575,38 @@ void set_unit_grid(HopperParams &hp, const Plan &pl, int kblocks) {
     hp.last_group_rows = make_divisor(p_count % kGroupP);
 }
 
+/* BFP8_HOPPER_CSPLIT=0 sums a swapped plan's K splits with the reduce kernel instead of inside clusters
+ * (HopperParams::csplit), for tests and side-by-side measurement. Read once. */
+bool csplit_enabled(void) {
+    static const bool on = !env_is_zero("BFP8_HOPPER_CSPLIT");
+    return on;
+}
+
+/* The cluster size that sums a plan's K splits inside the GEMM (HopperParams::csplit), or 0 for the reduce kernel:
+ * the swapped path with 8-token tiles (M <= 8), 2-8 splits and no whole tiles, where one cluster per tile fits on
+ * the device at once (each CTA takes an SM, and a cluster's CTAs share one GPC). How many clusters of each size fit
+ * is queried once per size and cached for the process (one CTA per SM: it depends on the device only). */
+int cluster_split_ways(const Plan &pl, int sms) {
+    const int ways = pl.splits, tiles = pl.p_tiles * pl.q_tiles;
+    if (!csplit_enabled() || !pl.swap || pl.bq != 8 || ways < 2 || ways > 8 || pl.whole_units ||
+        pl.pair_p * pl.pair_q != 1 || pl.units > sms)
+        return 0;
+    static int fit[9] = {0}; /* clusters of each size that fit; -1: the query failed */
+    if (!fit[ways]) {
+        auto kernel = hopper_gemm_kernel<8, true, false, true>;
+        const int smem = kernel_smem<8, true, false>();
+        int n = -1;
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e == cudaSuccess) {
+            const KernelLaunch query(pl.units, kThreads, smem, nullptr, false, ways);
+            e = cudaOccupancyMaxActiveClusters(&n, kernel, &query.cfg);
+        }
+        if (e != cudaSuccess) (void)cudaGetLastError(); /* a failed query means the reduce kernel, not an error */
+        fit[ways] = e == cudaSuccess && n > 0 ? n : -1;
+    }
+    return fit[ways] >= tiles ? ways : 0;
+}
+
 /* Runs a problem hopper_takes() accepted. */
 bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     const int64_t m = args->m, n = args->n, k = args->k;
@@ -1568,6 +1648,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.p_last_rows = p_last_rows;
     hp.q_last_rows = q_last_rows;
     hp.one_consumer = !pl.swap && m <= 64;
+    hp.csplit = cluster_split_ways(pl, sms);
     hp.weight_evict_first = activation_tiles(pl) == 1 && evict_first_enabled();
     /* Clusters: the shared operand's map with a box of half its tile (each CTA multicasts one half). */
     if (pl.pair_p * pl.pair_q == 2) {
@@ -1593,7 +1674,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         hp.trace = (unsigned long long *)trace_d;
     }
     void *ws = nullptr;
-    if (pl.splits > 1) {
+    if (pl.splits > 1 && !hp.csplit) {
         size_t bytes = (size_t)pl.splits * (size_t)m * (size_t)n * sizeof(float);
         BFP8_TRY(bfp8_cuda_malloc_async(&ws, bytes, args->stream));
         hp.workspace = (float *)ws;
@@ -1603,10 +1684,10 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     if (log_plans()) {
         char line[160];
         describe_plan(pl, line, sizeof line);
-        fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s (launched %d CTAs)\n", (long long)m, (long long)n,
-                (long long)k, line, launched);
+        fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s%s (launched %d CTAs)\n", (long long)m, (long long)n,
+                (long long)k, line, hp.csplit ? " splits summed in clusters" : "", launched);
     }
-    if (e == cudaSuccess && pl.splits > 1) {
+    if (e == cudaSuccess && pl.splits > 1 && !hp.csplit) {
         /* The output columns of whole tiles are final already; the reduce covers the rest. */
         const int64_t n0 = whole_columns(pl), count = m * (n - n0);
         const int vec = (n % 4 == 0) && ((uintptr_t)args->y % 16 == 0);

@@ -71,6 +71,30 @@ __device__ __forceinline__ uint32_t cluster_peer_addr(uint32_t addr, uint32_t ra
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
 }
+/* The cluster barrier in two halves, for data handed between CTAs through distributed shared memory: what a
+ * thread wrote before cluster_arrive_release is visible to every thread of the cluster after its
+ * cluster_wait_acquire of the same phase. The wait covers the cluster's threads that have not exited. */
+__device__ __forceinline__ void cluster_arrive_release() {
+    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
+/* A float in another CTA's shared memory (address from cluster_peer_addr). */
+__device__ __forceinline__ float ld_shared_cluster_f32(uint32_t remote) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+/* This CTA's cluster along x, and the grid's cluster count along x. */
+__device__ __forceinline__ uint32_t cluster_id_x() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_count_x() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+    return r;
+}
 __device__ __forceinline__ uint64_t l2_policy_evict_first() {
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
