@@ -27,7 +27,9 @@
  * The grid is persistent: CTAs walk work units (P tile, Q tile, K split) with a stride of gridDim.x, so the
  * producer streams the next unit's data while the consumers finish the current one. Split-K (for decode and
  * other shapes with fewer tiles than SMs) writes fp32 partials to a workspace that a second kernel sums in a
- * fixed order, adds the bias to and rounds once (launched as a programmatic dependent to hide its launch). K beyond
+ * fixed order, adds the bias to and rounds once (launched as a programmatic dependent to hide its launch); on the
+ * swapped path with 2-8 splits the splits of a tile run instead in the CTAs of one cluster, which sum them over
+ * distributed shared memory after a cluster barrier (HopperParams::csplit: no workspace, no second kernel). K beyond
  * the matrix is zero-filled by TMA, so a partial last K block is exact; a last tile that the matrix ends inside is
  * loaded with a box cut to the rows that exist (in 8-row groups), and the stale rows past it feed only outputs
  * that are not stored.
