@@ -34,10 +34,10 @@
  * loaded with a box cut to the rows that exist (in 8-row groups), and the stale rows past it feed only outputs
  * that are not stored.
  * Thread 0 issues the first stages of its CTA's first unit as soon as the barriers exist, before the CTA's barrier
- * (not in the cluster kernels). Inside bfp8_linear the kernel is launched as a programmatic dependent of the
+ * (not in the CLUSTER kernels). Inside bfp8_linear the kernel is launched as a programmatic dependent of the
  * activation quantization: those early loads are the first stages' weight tiles only, and the producer waits
  * for that kernel (griddepcontrol.wait) only before it loads activations, so launch and first-byte latency overlap
- * the quantization. The cluster kernels issue nothing before that wait (since v15; before, their weights went early
+ * the quantization. The CLUSTER kernels issue nothing before that wait (since v15; before, their weights went early
  * too).
  * Opt-in (BFP8_HOPPER_CLUSTER, measured slower): the normal path in 2-CTA clusters whose tiles share one operand's
  * tile, each CTA loading half of it with TMA multicast into both; the two producers tell each other when a stage
@@ -119,11 +119,11 @@ struct HopperParams {
      * the order of TraceSlot. NULL: no stamps. */
     unsigned long long *trace;
     /* Launched as a programmatic dependent of the kernel that wrote the activations (bfp8_linear's quantization):
-     * the first stages' weight tiles are requested at entry (not by the cluster kernels), the activations after
+     * the first stages' weight tiles are requested at entry (not by the CLUSTER kernels), the activations after
      * waiting for that kernel. */
     int dependent;
     /* Thread 0 issues up to this many (at most kStages) of the first unit's stages at entry: weights and
-     * activations, or only the weights when dependent; 0: the producer loop issues them. Ignored by the cluster
+     * activations, or only the weights when dependent; 0: the producer loop issues them. Ignored by the CLUSTER
      * kernels (nothing at entry). */
     int entry_stages;
     /* Rows of the box that loads the last P (Q) tile when the matrix ends inside it (a multiple of 8, under kBP
@@ -152,9 +152,12 @@ struct HopperParams {
      * where they apply (bench/hopper-notes.md, v10), so the plan never picks them unless asked to. */
     int pair_p, pair_q;
     /* CSPLIT kernels (swapped, split K, no whole tiles): the `csplit` splits of a tile run in the CTAs of one
-     * cluster, cluster c taking tiles c, c + clusters, ... and its CTA of rank r split r, and the splits are summed
-     * over distributed shared memory instead of by the reduce kernel (no workspace, no second kernel). 0 in the
-     * other kernels. */
+     * cluster, cluster c taking tile c and its CTA of rank r split r, and the splits are summed over distributed
+     * shared memory instead of by the reduce kernel (no workspace, no second kernel). One unit per CTA (the grid
+     * is the units, cluster_split_ways): the producer's thread 0 takes no part in the cluster barriers of the
+     * epilogue, so it must have issued its CTA's last load before its consumers reach one; with a second unit it
+     * could still be waiting for a free stage there, and neither would move. (The kernel's waits for a second
+     * unit are the form that would need; the host never launches it.) 0 in the other kernels. */
     int csplit;
 };
 /* The stamps of a trace build, per CTA (not in time order: the first boxes usually go out at entry, before the CTA
@@ -418,7 +421,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
     }
     if (CLUSTER || CSPLIT)
-        cluster_sync_relaxed(); /* the other CTA's barriers exist before anything arrives on them or loads into it */
+        cluster_sync_relaxed(); /* CLUSTER: the other CTA's barriers exist before anything arrives on them or loads
+                                 * into it; CSPLIT: every CTA of the cluster has started before one reads another's
+                                 * shared memory */
     else
         __syncthreads();
     if (trace && threadIdx.x == 0) trace[kTraceSynced] = global_ns();
@@ -800,7 +805,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
                 named_barrier_sync(1 + wg);
                 /* CSPLIT: every CTA of the cluster has its split of the tile staged at the same offset. Once all have
-                 * (a cluster barrier: the consumers take part, the producer warps have exited), this CTA sums its
+                 * (a cluster barrier: it waits for the cluster's threads that have not exited, here the consumers;
+                 * the producer warps have exited, or thread 0 is about to, its last load issued), this CTA sums its
                  * share of the chunks (rank r those whose index is r modulo the cluster size) over the cluster in
                  * split order. */
                 if (CSPLIT) {
@@ -1334,7 +1340,8 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         if (grid > 2 * max_clusters) *launched = 2 * max_clusters;
     }
     /* A programmatic dependent of the kernel before it (see HopperParams::dependent). CSPLIT: the whole plan in
-     * clusters of hp.csplit, all resident at once (cluster_split_ways). */
+     * clusters of hp.csplit (cluster_split_ways only picks it where all of them fit at once: in waves it would be
+     * correct, clusters do not wait for each other, but slower than the reduce kernel). */
     const KernelLaunch launch(*launched, kThreads, smem, stream, hp.dependent, CLUSTER ? 2 : CSPLIT ? hp.csplit : 1);
     return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
 }
@@ -1585,7 +1592,7 @@ bool csplit_enabled(void) {
 }
 
 /* The cluster size that sums a plan's K splits inside the GEMM (HopperParams::csplit), or 0 for the reduce kernel:
- * the swapped path with 8-token tiles (M <= 8), 2-8 splits and no whole tiles, where one cluster per tile fits on
+ * the swapped path with 8-token tiles (M <= 8 by default), 2-8 splits and no whole tiles, where one cluster per tile fits on
  * the device at once (each CTA takes an SM, and a cluster's CTAs share one GPC). How many clusters of each size fit
  * is queried once per size and cached for the process (one CTA per SM: it depends on the device only). */
 int cluster_split_ways(const Plan &pl, int sms) {
@@ -1593,7 +1600,9 @@ int cluster_split_ways(const Plan &pl, int sms) {
     if (!csplit_enabled() || !pl.swap || pl.bq != 8 || ways < 2 || ways > 8 || pl.whole_units ||
         pl.pair_p * pl.pair_q != 1 || pl.units > sms)
         return 0;
-    static int fit[9] = {0}; /* clusters of each size that fit; -1: the query failed */
+    /* Clusters of each size that fit; -1: the query failed (then the reduce kernel, for the process). A race only
+     * queries twice. */
+    static int fit[9] = {0};
     if (!fit[ways]) {
         auto kernel = hopper_gemm_kernel<8, true, false, true>;
         const int smem = kernel_smem<8, true, false>();

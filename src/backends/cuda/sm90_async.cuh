@@ -52,7 +52,7 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
     return r;
 }
-/* Every thread of both CTAs of the cluster, without a release (no MEMBAR.GPU): for after fence.mbarrier_init,
+/* Every thread of every CTA of the cluster, without a release (no MEMBAR.GPU): for after fence.mbarrier_init,
  * which publishes the barriers. */
 __device__ __forceinline__ void cluster_sync_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;\n" ::: "memory");
