@@ -451,12 +451,12 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 384, 640, 2064, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 4095, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 1000, 1024, 768, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Swapped plans whose 2-8 K splits are summed inside clusters of that many CTAs (HopperParams::csplit, where
-     * the clusters fit; gpu-check also runs the suite with BFP8_HOPPER_CSPLIT=0, the reduce kernel): 4 splits with
-     * a last weight tile cut by N (3000 = 23 x 128 + 56) and a full 8-token tile, 4 splits at M = 5 with an fp16
-     * output and a bf16 bias, 8 splits (the largest cluster) in 12 clusters with UE8M0 scales and fp32 output, 7
-     * splits (an odd cluster size). Fewer clusters than tiles fit means the reduce kernel instead: the BFP8_LOG=hopper
-     * line says which ran (on the H200, 32 clusters of 4 did not fit). */
+    /* Swapped plans whose K splits are summed inside clusters of that many CTAs (HopperParams::csplit, where the
+     * clusters fit; gpu-check also runs the suite with BFP8_HOPPER_CSPLIT=0, the reduce kernel): 4 splits with a
+     * last weight tile cut by N (3000 = 23 x 128 + 56) and a full 8-token tile, 4 splits at M = 5 with an fp16
+     * output and a bf16 bias. Then 8 splits in 12 tiles with UE8M0 scales and fp32 output, and 7 splits (an odd
+     * size): the reduce kernel while kMaxSplitCluster is 4, the cases to run before raising it. Where fewer
+     * clusters than tiles fit it is the reduce kernel too: the BFP8_LOG=hopper line says which ran. */
     small_case(b, 8, 3000, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 5, 2500, 3072, BFP8_SCALE_FP32, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 3, 1536, 4096, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);

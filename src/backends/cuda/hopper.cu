@@ -28,7 +28,7 @@
  * producer streams the next unit's data while the consumers finish the current one. Split-K (for decode and
  * other shapes with fewer tiles than SMs) writes fp32 partials to a workspace that a second kernel sums in a
  * fixed order, adds the bias to and rounds once (launched as a programmatic dependent to hide its launch); on the
- * swapped path with 2-8 splits the splits of a tile run instead in the CTAs of one cluster, which sum them over
+ * swapped path with 2-4 splits (kMaxSplitCluster) the splits of a tile run instead in the CTAs of one cluster, which sum them over
  * distributed shared memory after a cluster barrier (HopperParams::csplit: no workspace, no second kernel). K beyond
  * the matrix is zero-filled by TMA, so a partial last K block is exact; a last tile that the matrix ends inside is
  * loaded with a box cut to the rows that exist (in 8-row groups), and the stale rows past it feed only outputs
@@ -1591,18 +1591,23 @@ bool csplit_enabled(void) {
     return on;
 }
 
+/* The largest cluster that sums K splits (HopperParams::csplit). The hardware allows 8 (the portable cluster size);
+ * 2, 3 and 4 are the sizes that have run on the H200 (bench/hopper-notes.md, v17), so larger split counts keep the
+ * reduce kernel until test_hopper's 7- and 8-split cases have run there. */
+constexpr int kMaxSplitCluster = 4;
+
 /* The cluster size that sums a plan's K splits inside the GEMM (HopperParams::csplit), or 0 for the reduce kernel:
- * the swapped path with 8-token tiles (M <= 8 by default), 2-8 splits and no whole tiles, where one cluster per tile fits on
+ * the swapped path with 8-token tiles (M <= 8 by default), 2..kMaxSplitCluster splits and no whole tiles, where one cluster per tile fits on
  * the device at once (each CTA takes an SM, and a cluster's CTAs share one GPC). How many clusters of each size fit
  * is queried once per size and cached for the process (one CTA per SM: it depends on the device only). */
 int cluster_split_ways(const Plan &pl, int sms) {
     const int ways = pl.splits, tiles = pl.p_tiles * pl.q_tiles;
-    if (!csplit_enabled() || !pl.swap || pl.bq != 8 || ways < 2 || ways > 8 || pl.whole_units ||
+    if (!csplit_enabled() || !pl.swap || pl.bq != 8 || ways < 2 || ways > kMaxSplitCluster || pl.whole_units ||
         pl.pair_p * pl.pair_q != 1 || pl.units > sms)
         return 0;
     /* Clusters of each size that fit; -1: the query failed (then the reduce kernel, for the process). A race only
      * queries twice. */
-    static int fit[9] = {0};
+    static int fit[kMaxSplitCluster + 1] = {0};
     if (!fit[ways]) {
         auto kernel = hopper_gemm_kernel<8, true, false, true>;
         const int smem = kernel_smem<8, true, false>();
