@@ -1306,6 +1306,17 @@ template <int BQ, bool SWAP, bool CLUSTER> constexpr int kernel_smem() {
     return Config<BQ, SWAP>::kSmemBytes + (CLUSTER ? 8 * Config<BQ, SWAP>::kStages : 0);
 }
 
+/* Raises a kernel's dynamic shared-memory limit to what it uses, once (before its launch or an occupancy query). */
+template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT> cudaError_t allow_kernel_smem() {
+    static_assert(Config<BQ, SWAP>::kSmemBytes + 8 * Config<BQ, SWAP>::kStages <= kMaxSmem, "peer_free barriers");
+    static bool attr_set = false; /* idempotent: a race only sets it twice */
+    if (attr_set) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CLUSTER, CSPLIT>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kernel_smem<BQ, SWAP, CLUSTER>());
+    attr_set = e == cudaSuccess;
+    return e;
+}
+
 /* Launches a persistent grid of `grid` CTAs (fewer with clusters, if fewer clusters fit at once; *launched says how
  * many). */
 template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT = false>
@@ -1313,13 +1324,8 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
                           int *launched) {
     auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER, CSPLIT>;
     const int smem = kernel_smem<BQ, SWAP, CLUSTER>();
-    static_assert(Config<BQ, SWAP>::kSmemBytes + 8 * Config<BQ, SWAP>::kStages <= kMaxSmem, "peer_free barriers");
-    static bool attr_set = false; /* idempotent: a race only sets it twice */
-    if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        attr_set = true;
-    }
+    cudaError_t e = allow_kernel_smem<BQ, SWAP, CLUSTER, CSPLIT>();
+    if (e != cudaSuccess) return e;
     *launched = grid;
     if (!hp.dependent && !CLUSTER && !CSPLIT) {
         kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
@@ -1333,7 +1339,7 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         static int max_clusters = 0;
         if (!max_clusters) {
             const KernelLaunch query(grid, kThreads, smem, stream, false, 2);
-            cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &query.cfg);
+            e = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &query.cfg);
             if (e != cudaSuccess) return e;
             if (max_clusters < 1) return cudaErrorInvalidConfiguration;
         }
@@ -1609,13 +1615,11 @@ int cluster_split_ways(const Plan &pl, int sms) {
      * queries twice. */
     static int fit[kMaxSplitCluster + 1] = {0};
     if (!fit[ways]) {
-        auto kernel = hopper_gemm_kernel<8, true, false, true>;
-        const int smem = kernel_smem<8, true, false>();
         int n = -1;
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        cudaError_t e = allow_kernel_smem<8, true, false, true>();
         if (e == cudaSuccess) {
-            const KernelLaunch query(pl.units, kThreads, smem, nullptr, false, ways);
-            e = cudaOccupancyMaxActiveClusters(&n, kernel, &query.cfg);
+            const KernelLaunch query(pl.units, kThreads, kernel_smem<8, true, false>(), nullptr, false, ways);
+            e = cudaOccupancyMaxActiveClusters(&n, hopper_gemm_kernel<8, true, false, true>, &query.cfg);
         }
         if (e != cudaSuccess) (void)cudaGetLastError(); /* a failed query means the reduce kernel, not an error */
         fit[ways] = e == cudaSuccess && n > 0 ? n : -1;
