@@ -451,16 +451,24 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 384, 640, 2064, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 4095, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 1000, 1024, 768, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Swapped plans whose K splits are summed inside clusters of that many CTAs (HopperParams::csplit, where the
-     * clusters fit; gpu-check also runs the suite with BFP8_HOPPER_CSPLIT=0, the reduce kernel): 4 splits with a
-     * last weight tile cut by N (3000 = 23 x 128 + 56) and a full 8-token tile, 4 splits at M = 5 with an fp16
-     * output and a bf16 bias. Then 8 splits in 12 tiles with UE8M0 scales and fp32 output, and 7 splits (an odd
-     * size): the reduce kernel while kMaxSplitCluster is 4, the cases to run before raising it. Where fewer
-     * clusters than tiles fit it is the reduce kernel too: the BFP8_LOG=hopper line says which ran. */
+    /* Plans whose K splits are summed inside clusters of that many CTAs (HopperParams::csplit), where the clusters
+     * fit (the BFP8_LOG=hopper line says which ran; where fewer clusters than tiles fit it is the reduce kernel;
+     * gpu-check also runs the suite with BFP8_HOPPER_CSPLIT=0, the reduce kernel everywhere). Swapped: 4 splits
+     * with a last weight tile cut by N (3000 = 23 x 128 + 56) and a full 8-token tile; 4 splits at M = 5 with an
+     * fp16 output and a bf16 bias; 8 splits in 12 tiles with UE8M0 scales and fp32 output; 7 splits (an odd
+     * cluster) in 8 tiles with a cut last tile. */
     small_case(b, 8, 3000, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 5, 2500, 3072, BFP8_SCALE_FP32, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 3, 1536, 4096, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
-    small_case(b, 3, 1536, 6144, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_BF16);
+    small_case(b, 2, 1000, 2560, BFP8_SCALE_FP32, BFP8_DTYPE_F16, true, BFP8_DTYPE_F32);
+    /* The normal path (64-wide weight tiles, one P tile), staged in the stages' shared memory: 6 splits with both
+     * consumer warpgroups, a ragged M and a last weight tile of 40 columns; 8 splits with one consumer and
+     * N % 4 != 0 (element stores), UE8M0 scales, fp16 output and a bf16 bias; 7 splits at M = 72 with fp32 output
+     * and a last tile of 8 columns; 8 splits at M = 128 exactly. */
+    small_case(b, 100, 1000, 4096, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 16, 330, 6144, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
+    small_case(b, 72, 520, 3584, BFP8_SCALE_FP32, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
+    small_case(b, 128, 256, 8192, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
 }
 
 /* Misuse that must be refused with a message, never crash. */
@@ -487,7 +495,8 @@ static void test_refusals(const bfp8_backend *b) {
 }
 
 /* The plans the split model picks on the H200's 132 SMs: at M = 1 for the decode cells of the forced-split sweep,
- * each the measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6); at M = 16..64 the
+ * each the measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6; 2112x7168 and 4096x7168
+ * swept again in v18, with the reduce kernel here and summed in clusters in fit_cases below); at M = 16..64 the
  * normal-path plans whose tables are in v8 and v9 (timed as plans, their split counts not swept); last-wave splits
  * (swapped and normal) and the two normal tilings. A change of the model that moves one of these must be measured
  * again. Host-only: runs without a device; skipped when an environment variable forces a plan. */
@@ -509,9 +518,15 @@ static void check_plans(const plan_case *cases, size_t count,
     }
 }
 
+/* Clusters of 2..8 CTAs that fit at once on the H200 with the CSPLIT kernels (BFP8_LOG=hopper prints them). */
+static const int kH200ClusterFit[BFP8_HOPPER_MAX_SPLIT_CLUSTER + 1] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
+static void describe_on_h200(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
+    bfp8_hopper_plan_describe_fit(m, n, k, sms, kH200ClusterFit, out, size);
+}
+
 static void test_golden_plans(void) {
     if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS") ||
-        getenv("BFP8_HOPPER_CLUSTER")) {
+        getenv("BFP8_HOPPER_CLUSTER") || getenv("BFP8_HOPPER_CSPLIT")) {
         printf("golden plans: skipped (a plan is forced by the environment)\n");
         return;
     }
@@ -521,9 +536,9 @@ static void test_golden_plans(void) {
         {32, 7168, 2048, "normal BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
         {16, 7168, 16384, "normal BQ=64 splits=1 "}, {32, 7168, 16384, "normal BQ=64 splits=1 "},
         {1, 7168, 18432, "swapped BQ=8 splits=2 "},   {16, 7168, 18432, "normal BQ=64 splits=1 "},
-        {32, 7168, 18432, "normal BQ=64 splits=1 "}, {1, 2112, 7168, "swapped BQ=8 splits=7 "},
+        {32, 7168, 18432, "normal BQ=64 splits=1 "}, {1, 2112, 7168, "swapped BQ=8 splits=4 "},
         {16, 2112, 7168, "normal BQ=64 splits=4 "},  {32, 2112, 7168, "normal BQ=64 splits=4 "},
-        {1, 4096, 7168, "swapped BQ=8 splits=4 "},    {16, 4096, 7168, "normal BQ=64 splits=2 "},
+        {1, 4096, 7168, "swapped BQ=8 splits=2 "},    {16, 4096, 7168, "normal BQ=64 splits=2 "},
         {32, 4096, 7168, "normal BQ=64 splits=2 "},
         {8, 36864, 7168, "swapped BQ=8 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
         {16, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
@@ -553,11 +568,37 @@ static void test_golden_plans(void) {
         {256, 256, 8192, "normal BQ=64 splits=11 (K blocks per split 6) units=44 (whole 0) grid=88 clusters of 2 "
                          "sharing P"},
         {4096, 2112, 7168, "normal BQ=128 splits=1 (K blocks per split 56) units=544 (whole 0) grid=132"},
-        {128, 2112, 7168, "normal BQ=64 splits=4 (K blocks per split 14) units=132 (whole 0) grid=132"},
+        {128, 2112, 7168, "normal BQ=64 splits=3 (K blocks per split 19) units=99 (whole 0) grid=99"},
         {64, 7168, 2048, "normal BQ=64 splits=1 (K blocks per split 16) units=112 (whole 0) grid=112"},
         {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
     };
+    /* Where the CSPLIT clusters fit (the H200's counts): the split cells sum inside clusters where that many fit,
+     * with the split count the model picks for it (bench/hopper-notes.md, v18); the last-wave splits and the cells
+     * with more tiles than fit keep the reduce kernel. */
+    static const plan_case fit_cases[] = {
+        {1, 2112, 7168, "swapped BQ=8 splits=4 (K blocks per split 14) units=68 (whole 0) grid=68 summed in clusters"},
+        {16, 2112, 7168, "normal BQ=64 splits=3 (K blocks per split 19) units=99 (whole 0) grid=99 summed in clusters"},
+        {128, 2112, 7168, "normal BQ=64 splits=3 (K blocks per split 19) units=99 (whole 0) grid=99 summed in "
+                          "clusters"},
+        {1, 4096, 7168, "swapped BQ=8 splits=2 (K blocks per split 28) units=64 (whole 0) grid=64 summed in clusters"},
+        {8, 4096, 7168, "swapped BQ=8 splits=2 (K blocks per split 28) units=64 (whole 0) grid=64 summed in clusters"},
+        {16, 4096, 7168, "normal BQ=64 splits=2 (K blocks per split 28) units=128 (whole 0) grid=128 summed in "
+                         "clusters"},
+        {128, 4096, 7168, "normal BQ=64 splits=2 (K blocks per split 28) units=128 (whole 0) grid=128 summed in "
+                          "clusters"},
+        {1, 7168, 16384, "swapped BQ=8 splits=2 (K blocks per split 64) units=112 (whole 0) grid=112 summed in "
+                         "clusters"},
+        {8, 7168, 18432, "swapped BQ=8 splits=2 (K blocks per split 72) units=112 (whole 0) grid=112 summed in "
+                         "clusters"},
+        {1, 7168, 2048, "swapped BQ=8 splits=1 (K blocks per split 16) units=56 (whole 0) grid=56"},
+        {16, 7168, 2048, "normal BQ=64 splits=1 (K blocks per split 16) units=112 (whole 0) grid=112"},
+        {8, 36864, 7168, "swapped BQ=8 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        {1, 32768, 512, "swapped BQ=8 splits=1 (K blocks per split 4) units=256 (whole 0) grid=132"},
+        {1, 24576, 1536, "swapped BQ=8 splits=1 (K blocks per split 12) units=192 (whole 0) grid=132"},
+    };
     check_plans(cases, sizeof cases / sizeof cases[0], bfp8_hopper_plan_describe, "plan");
+    check_plans(fit_cases, sizeof fit_cases / sizeof fit_cases[0], describe_on_h200, "plan on the H200");
     check_plans(cluster_cases, sizeof cluster_cases / sizeof cluster_cases[0], bfp8_hopper_cluster_plan_describe,
                 "plan with clusters");
 }

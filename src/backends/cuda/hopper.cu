@@ -27,9 +27,11 @@
  * The grid is persistent: CTAs walk work units (P tile, Q tile, K split) with a stride of gridDim.x, so the
  * producer streams the next unit's data while the consumers finish the current one. Split-K (for decode and
  * other shapes with fewer tiles than SMs) writes fp32 partials to a workspace that a second kernel sums in a
- * fixed order, adds the bias to and rounds once (launched as a programmatic dependent to hide its launch); on the
- * swapped path with 2-4 splits (kMaxSplitCluster) the splits of a tile run instead in the CTAs of one cluster, which sum them over
- * distributed shared memory after a cluster barrier (HopperParams::csplit: no workspace, no second kernel). K beyond
+ * fixed order, adds the bias to and rounds once (launched as a programmatic dependent to hide its launch). Where
+ * every tile's splits fit in one cluster of up to 8 CTAs on the device at once (swapped with 8-token tiles, or
+ * normal with 64-wide weight tiles and one activation tile), they run instead in the CTAs of one cluster, which
+ * sum them over distributed shared memory after a cluster barrier (HopperParams::csplit: no workspace, no second
+ * kernel); the plan's time model weighs both. K beyond
  * the matrix is zero-filled by TMA, so a partial last K block is exact; a last tile that the matrix ends inside is
  * loaded with a box cut to the rows that exist (in 8-row groups), and the stale rows past it feed only outputs
  * that are not stored.
@@ -151,13 +153,13 @@ struct HopperParams {
      * Correct, but measured 1-20% slower than the plain kernel in each of the 21 DeepSeek-R1 cells at M >= 128
      * where they apply (bench/hopper-notes.md, v10), so the plan never picks them unless asked to. */
     int pair_p, pair_q;
-    /* CSPLIT kernels (swapped, split K, no whole tiles): the `csplit` splits of a tile run in the CTAs of one
-     * cluster, cluster c taking tile c and its CTA of rank r split r, and the splits are summed over distributed
-     * shared memory instead of by the reduce kernel (no workspace, no second kernel). One unit per CTA (the grid
-     * is the units, cluster_split_ways): the producer's thread 0 takes no part in the cluster barriers of the
+    /* CSPLIT kernels (swapped with 8-token tiles, or normal with 64-wide weight tiles and one P tile; split K, no
+     * whole tiles): the `csplit` splits of a tile run in the CTAs of one cluster, cluster c taking tile c and its
+     * CTA of rank r split r, and the splits are summed over distributed shared memory instead of by the reduce
+     * kernel (no workspace, no second kernel). One unit per CTA (the grid is the units, csplit_fits): the
+     * producer's thread 0 takes no part in the cluster barriers of the
      * epilogue, so it must have issued its CTA's last load before its consumers reach one; with a second unit it
-     * could still be waiting for a free stage there, and neither would move. (The kernel's waits for a second
-     * unit are the form that would need; the host never launches it.) 0 in the other kernels. */
+     * could still be waiting for a free stage there, and neither would move. 0 in the other kernels. */
     int csplit;
 };
 /* The stamps of a trace build, per CTA (not in time order: the first boxes usually go out at entry, before the CTA
@@ -232,6 +234,10 @@ __device__ __forceinline__ const CUtensorMap *half_map(const ClusterTensorMaps &
 __device__ __forceinline__ void named_barrier_sync(int id) {
     asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
+/* Barrier among the consumer warpgroups that run (id 3; 128 or 256 threads). */
+__device__ __forceinline__ void consumers_sync(int threads) {
+    asm volatile("bar.sync 3, %0;\n" ::"r"(threads) : "memory");
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() {
@@ -288,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ KernelMaps<CLUSTER> maps, const HopperParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(!CLUSTER || !SWAP, "2-CTA clusters run the normal path only");
-    static_assert(!CSPLIT || (SWAP && !CLUSTER), "splits summed in a cluster: the swapped path");
+    static_assert(!CSPLIT || !CLUSTER, "splits summed in a cluster: not with 2-CTA clusters");
     using C = Config<BQ, SWAP>;
     constexpr int kStages = C::kStages;
     constexpr int kScaleRows = SWAP ? BQ : kBP; /* activation scales per K block of a tile */
@@ -687,7 +693,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     total[4 * j] += b0, total[4 * j + 1] += b1, total[4 * j + 2] += b0, total[4 * j + 3] += b1;
                 }
             }
-            if (!SWAP && !unit.partial && p.y_dtype != 0) {
+            if (!SWAP && !CSPLIT && !unit.partial && p.y_dtype != 0) {
                 /* 16-bit output: pairs packed into shared memory. With y_tma the layout is [BQ/64]
                  * boxes of [64][64] with the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8):
                  * conflict-free here, and what the TMA expects), and one thread stores them with TMA while the
@@ -768,7 +774,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         }
                     }
                 }
-            } else if (!SWAP) {
+            } else if (!SWAP && !CSPLIT) {
                 /* fp32 output (bias added above) or split-K partials: adjacent column pairs from registers. */
                 float *out = unit.partial ? p.workspace + (int64_t)split * p.m * p.n : (float *)p.y;
                 const bool pairs = p.n % 2 == 0; /* (row, even col) pairs are 8-byte aligned */
@@ -790,18 +796,23 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                 }
             } else {
-                /* Swapped: the fragment is [weight rows n][tokens m]; stage it transposed as fp32 [m][n], then
-                 * write rows of y (or of the split's partials) four columns at a time. */
-                float *sf = (float *)stage_out;
-                constexpr int kPitchF = C::kOutPitch / 4;
-                /* CSPLIT: the other CTAs of the cluster have read this staging area's previous tile. */
-                if (CSPLIT && units_done > 0) cluster_wait_acquire();
-                named_barrier_sync(1 + wg);
+                /* Swapped, or CSPLIT: stage the fragment as fp32 [rows of y][columns of y], then write rows of y
+                 * (or of the split's partials) four columns at a time. Swapped, the fragment is [weight rows
+                 * n][tokens m], staged transposed in the output staging; the normal path's CSPLIT kernels stage
+                 * their [64 tokens][BQ] in the first stages' shared memory, free once both warpgroups' MMAs are
+                 * done (one unit per CTA: the producer has no load left to issue). */
+                constexpr int kPitchF = SWAP ? C::kOutPitch / 4 : BQ + 4; /* rows padded by 16 bytes */
+                static_assert(SWAP || 2 * 64 * kPitchF * 4 <= kStages * C::kStageBytes, "CSPLIT staging");
+                float *sf = SWAP ? (float *)stage_out : (float *)tiles + wg * 64 * kPitchF;
+                if (SWAP)
+                    named_barrier_sync(1 + wg); /* the previous unit's copy-out has read the staging */
+                else
+                    consumers_sync(p.one_consumer ? 128 : 256); /* the other warpgroup's MMAs have read the stages */
 #pragma unroll
                 for (int i = 0; i < BQ / 2; i++) {
-                    const int n_local = warp * 16 + lane / 4 + 8 * ((i / 2) % 2);
-                    const int m_local = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
-                    sf[m_local * kPitchF + n_local] = total[i];
+                    const int p_local = warp * 16 + lane / 4 + 8 * ((i / 2) % 2);
+                    const int q_local = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+                    sf[SWAP ? q_local * kPitchF + p_local : p_local * kPitchF + q_local] = total[i];
                 }
                 named_barrier_sync(1 + wg);
                 /* CSPLIT: every CTA of the cluster has its split of the tile staged at the same offset. Once all have
@@ -813,22 +824,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                     cluster_arrive_release();
                     cluster_wait_acquire();
                 }
-                for (int idx = t; idx < BQ * 16; idx += 128) {
-                    const int r = idx / 16, ch = idx % 16;
-                    const int64_t row = q_base + r, col = p_base + ch * 4;
-                    if (row >= p.m || col >= p.n || (CSPLIT && idx % p.csplit != split_rank)) continue;
-                    float4 v;
-                    if (CSPLIT) { /* this chunk of every CTA's staging, in split (rank) order */
-                        const uint32_t chunk = smem_u32(sf + r * kPitchF + ch * 4);
-                        v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                        for (int q = 0; q < p.csplit; q++) {
-                            const uint32_t peer = cluster_peer_addr(chunk, q);
-                            v.x += ld_shared_cluster_f32(peer), v.y += ld_shared_cluster_f32(peer + 4);
-                            v.z += ld_shared_cluster_f32(peer + 8), v.w += ld_shared_cluster_f32(peer + 12);
-                        }
-                    } else {
-                        v = *(const float4 *)(sf + r * kPitchF + ch * 4);
-                    }
+                constexpr int kRowChunks = SWAP ? 16 : BQ / 4;          /* 16-byte chunks per staged row */
+                constexpr int kChunks = (SWAP ? BQ : 64) * kRowChunks; /* this warpgroup's */
+                const int64_t row0 = SWAP ? q_base : p_base, col0 = SWAP ? p_base : q_base;
+                /* Four outputs from (row, col) on: the split's partials for the reduce kernel, or, with the bias,
+                 * rounded into y. */
+                auto put_chunk = [&](int64_t row, int64_t col, float4 v) {
                     float vals[4] = {v.x, v.y, v.z, v.w};
                     const bool whole = col + 4 <= p.n && (p.n % 4) == 0;
                     if (unit.partial && !CSPLIT) {
@@ -838,7 +839,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         } else {
                             for (int e = 0; e < 4 && col + e < p.n; e++) dst[e] = vals[e];
                         }
-                        continue;
+                        return;
                     }
                     for (int e = 0; e < 4; e++)
                         if (p.bias_dtype >= 0 && col + e < p.n)
@@ -856,16 +857,56 @@ __global__ void __launch_bounds__(kThreads, 1)
                     } else {
                         for (int e = 0; e < 4 && col + e < p.n; e++) bfp8_dev_store_f32(p.y, p.y_dtype, o + e, vals[e]);
                     }
+                };
+                if (CSPLIT) {
+                    /* This CTA's chunks are rank + csplit * (t + 128 * i), at most kPerThread per thread (csplit >=
+                     * 2). Each is summed over the cluster's stagings in split (rank) order from -0, as the reduce
+                     * kernel sums; the loads of one peer for all of a thread's chunks go out together, so the sum
+                     * waits for one DSMEM round trip per peer, not one per chunk and peer (v18: a chunk at a time,
+                     * the cells with 64-128 tokens ran slower than with the reduce kernel). */
+                    constexpr int kPerThread = (kChunks + 255) / 256;
+                    float4 sum[kPerThread];
+                    uint32_t at[kPerThread];
+                    bool mine[kPerThread];
+#pragma unroll
+                    for (int i = 0; i < kPerThread; i++) {
+                        const int c = split_rank + p.csplit * (t + 128 * i), r = c / kRowChunks, ch = c % kRowChunks;
+                        mine[i] = c < kChunks && row0 + r < p.m && col0 + ch * 4 < p.n;
+                        at[i] = smem_u32(sf + r * kPitchF + ch * 4);
+                        sum[i] = make_float4(-0.0f, -0.0f, -0.0f, -0.0f);
+                    }
+                    for (int q = 0; q < p.csplit; q++) {
+#pragma unroll
+                        for (int i = 0; i < kPerThread; i++) {
+                            if (!mine[i]) continue;
+                            const float4 part = ld_shared_cluster_f32x4(cluster_peer_addr(at[i], q));
+                            sum[i].x += part.x, sum[i].y += part.y, sum[i].z += part.z, sum[i].w += part.w;
+                        }
+                    }
+                    /* This CTA has read its share of every CTA's staging. Before the stores: the arrival's release
+                     * fence (MEMBAR.GPU) would otherwise wait for them to complete. */
+                    cluster_arrive_release();
+#pragma unroll
+                    for (int i = 0; i < kPerThread; i++) {
+                        const int c = split_rank + p.csplit * (t + 128 * i);
+                        if (mine[i]) put_chunk(row0 + c / kRowChunks, col0 + (c % kRowChunks) * 4, sum[i]);
+                    }
+                } else {
+                    for (int idx = t; idx < kChunks; idx += 128) {
+                        const int r = idx / kRowChunks, ch = idx % kRowChunks;
+                        const int64_t row = row0 + r, col = col0 + ch * 4;
+                        if (row >= p.m || col >= p.n) continue;
+                        put_chunk(row, col, *(const float4 *)(sf + r * kPitchF + ch * 4));
+                    }
                 }
-                if (CSPLIT) cluster_arrive_release(); /* this CTA has read its share of every CTA's staging */
             }
             if (trace && wg == 0 && t == 0 && units_done < kTraceUnits)
                 trace[kTraceUnits0 + 2 * units_done + 1] = global_ns();
             units_done++;
         }
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all(); /* the last stores complete before the CTA exits */
-        /* CSPLIT: no CTA exits while another still reads its shared memory. */
-        if (CSPLIT && units_done > 0) cluster_wait_acquire();
+        /* CSPLIT: no CTA exits while another still reads its shared memory (the arrival after its reads). */
+        if (CSPLIT) cluster_wait_acquire();
     }
 #endif
 }
@@ -961,6 +1002,7 @@ struct Plan {
     int p_tiles, q_tiles, splits, kb_per_split, units, grid;
     int whole_units;    /* see HopperParams */
     int pair_p, pair_q; /* 2-CTA clusters (see HopperParams); units then count pairs of tiles */
+    int csplit;         /* the splits summed inside clusters of this many CTAs (HopperParams::csplit); 0: reduce */
 };
 
 /* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (decode, long K,
@@ -1030,32 +1072,56 @@ int cluster_mode(void) {
     return mode;
 }
 
-/* What the environment forces on the plan (the four variables above). The plan functions take it as an argument,
+/* BFP8_HOPPER_CSPLIT=0 sums K splits with the reduce kernel only, never inside clusters (HopperParams::csplit),
+ * for tests and side-by-side measurement. Read once. */
+bool csplit_off(void) {
+    static const bool off = [] {
+        const char *e = getenv("BFP8_HOPPER_CSPLIT");
+        return e && e[0] == '0';
+    }();
+    return off;
+}
+
+/* What the environment forces on the plan (the five variables above). The plan functions take it as an argument,
  * so that the dispatcher's ranking (hopper_priority) follows the default heuristic whatever a test forces. */
 struct PlanKnobs {
     TileOverride tile;
-    int hybrid;  /* -1: the model decides */
-    int splits;  /* 0: the model decides */
-    int cluster; /* ClusterMode */
+    int hybrid;      /* -1: the model decides */
+    int splits;      /* 0: the model decides */
+    int cluster;     /* ClusterMode */
+    bool csplit_off; /* never sum splits inside clusters */
 };
-constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterOff};
-PlanKnobs env_knobs(void) { return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode()}; }
+constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterOff, false};
+PlanKnobs env_knobs(void) { return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode(), csplit_off()}; }
+
+/* The largest cluster that sums K splits (HopperParams::csplit): the portable cluster size. */
+constexpr int kMaxSplitCluster = 8;
+
+/* How many clusters of each size (index: CTAs per cluster, 2..kMaxSplitCluster) the device runs at once with the
+ * CSPLIT kernels (one CTA per SM; a cluster's CTAs share one GPC, so this is not sms / size). All 0: none, and the
+ * plan never sums splits inside clusters (what plans made without a device see). */
+struct ClusterFit {
+    int clusters[kMaxSplitCluster + 1];
+};
+constexpr ClusterFit kNoClusterFit = {};
 
 /* One tiling (swapped with Q tiles of bq tokens, or normal with weight tiles of bq rows) and its K split. Split K
  * when there are too few tiles to fill the SMs, choosing the split count that minimizes a time model: waves of
  * units, each costing (K blocks per unit) x (the time of one block) + ~0.5 us (epilogue, barriers, refill), plus,
- * for a split, the partials out and back and ~3 us for the reduce. A block's time is the larger of its weight bytes
- * from HBM (activations and, at large M, weights come from L2) and its FLOPs. An SM streams at most ~50 GB/s, and
- * the SMs of one wave share ~4 TB/s: 56 SMs already draw as much as 112. Swapped units compute at ~0.5 PFLOP/s
- * over the chip (a block took 0.38 us on one SM at M=64), normal ones at ~1. Calibrated on the H200 by a sweep of
- * forced split counts (bench/hopper-notes.md, v6): with a per-SM share of 4 TB/s / 132 instead, the model split
- * M=1 7168x2048 in two (11.9 us) where one unit per tile takes 10.1, and 7168x16384 seven ways (40.8 us) where two
- * take 39.1. */
+ * for a split, the partials out and back and ~3 us for the reduce (or ~1 us for the sum inside clusters). A block's
+ * time is the larger of its weight bytes from HBM (activations and, at large M, weights come from L2) and its
+ * FLOPs. An SM streams at most ~50 GB/s, and the SMs of one wave share ~3.2 TB/s: 64 SMs already draw as much as
+ * 128. Swapped units compute at ~0.5 PFLOP/s over the chip (a block took 0.38 us on one SM at M=64), normal ones
+ * at ~1. Calibrated on the H200 by sweeps of forced split counts (bench/hopper-notes.md, v6 and v18): with a
+ * per-SM share of 4 TB/s / 132 instead, the model split M=1 7168x2048 in two (11.9 us) where one unit per tile
+ * takes 10.1, and 7168x16384 seven ways (40.8 us) where two take 39.1; with 4 TB/s for the chip (v6 to v17) it
+ * split M=1 4096x7168 in three or four (14.1 / 15.9 us, summed in clusters / by the reduce) where two take 13.9 /
+ * 15.9, and 2112x7168 in five or seven (10.3 / 12.0) where four take 10.2 / 11.9. */
 struct SplitModel {
     double hbm_bytes, flops; /* per K block of one unit */
     double flop_rate;        /* per SM */
     double block_time(int64_t active_sms) const {
-        const double chip_bw = 4.0e12, sm_bw_max = 50e9;
+        const double chip_bw = 3.2e12, sm_bw_max = 50e9;
         const double bw = chip_bw / (double)active_sms < sm_bw_max ? chip_bw / (double)active_sms : sm_bw_max;
         const double mem_s = hbm_bytes / bw, flop_s = flops / flop_rate;
         return mem_s > flop_s ? mem_s : flop_s;
@@ -1071,13 +1137,32 @@ struct SplitModel {
     }
     /* Partials of `outputs` outputs written and read back, and the reduce kernel. */
     static double reduce_time(int splits, double outputs) { return (double)splits * outputs * 8.0 / 4.0e12 + 3.0e-6; }
+    /* The same splits summed inside clusters (HopperParams::csplit): two cluster barriers and the partials over
+     * distributed shared memory, no second kernel. On the H200 it took 0.1-2.1 us less than the reduce with the
+     * same split count (v18's sweep of 2112x7168, 4096x7168 and 7168x2048 at M = 1..128), so ~2 us less than
+     * reduce_time's 3. */
+    static double cluster_sum_time(int splits, double outputs) {
+        return (double)splits * outputs * 4.0 / 4.0e12 + 1.0e-6;
+    }
 };
+
+/* Whether a tiling's `splits` splits of `tiles` tiles can be summed inside clusters: one cluster per tile, every
+ * cluster running at once (in waves it would still be correct, but slower than the reduce), one unit per CTA
+ * (HopperParams::csplit), and a kernel for it: swapped with 8-token tiles, or normal with 64-wide weight tiles and
+ * one P tile (M <= 128). */
+bool csplit_fits(bool swap, int bq, int p_tiles, int64_t tiles, int splits, int sms, const ClusterFit &fit,
+                 const PlanKnobs &knobs) {
+    const bool kernel = swap ? bq == 8 : bq == 64 && p_tiles == 1;
+    return kernel && !knobs.csplit_off && splits >= 2 && splits <= kMaxSplitCluster && tiles * splits <= sms &&
+           fit.clusters[splits] >= tiles;
+}
 
 /* Tiles of the activation operand (P normal, Q swapped): 1 when one tile covers M, and then every weight tile is
  * loaded by the units of one tile only. */
 int activation_tiles(const Plan &pl) { return pl.swap ? pl.q_tiles : pl.p_tiles; }
 
-Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
+Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, const ClusterFit &fit,
+                 const PlanKnobs &knobs) {
     Plan pl = {};
     pl.swap = swap;
     pl.bq = bq;
@@ -1091,6 +1176,7 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
     model.hbm_bytes = pl.swap ? (double)kBP * kBK : (double)pl.bq * kBK / (double)pl.p_tiles;
     model.flops = 2.0 * kBP * pl.bq * kBK;
     model.flop_rate = (pl.swap ? 0.5e15 : 1.0e15) / sms;
+    auto in_clusters = [&](int s) { return csplit_fits(swap, bq, pl.p_tiles, tiles, s, sms, fit, knobs); };
     double best = 1e30;
     int best_s = 1;
     const int max_s = kblocks < 32 ? kblocks : 32;
@@ -1099,7 +1185,9 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
         const int real_s = (kblocks + per - 1) / per; /* no empty splits */
         if (real_s != s) continue;
         double t_s = model.waves_time(tiles * s, per, sms);
-        if (s > 1) t_s += SplitModel::reduce_time(s, (double)m * n);
+        if (s > 1)
+            t_s += in_clusters(s) ? SplitModel::cluster_sum_time(s, (double)m * n)
+                                  : SplitModel::reduce_time(s, (double)m * n);
         if (t_s < best * 0.99) {
             best = t_s;
             best_s = s;
@@ -1110,6 +1198,7 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
         best_s = (kblocks + per - 1) / per; /* no empty splits */
     }
     pl.splits = best_s;
+    pl.csplit = in_clusters(best_s) ? best_s : 0;
     pl.kb_per_split = (kblocks + best_s - 1) / best_s;
     int64_t units = tiles * best_s;
     /* More tiles than SMs but not a whole number of waves (288 tiles on 132 SMs): whole tiles for the full waves, and
@@ -1134,6 +1223,7 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
             const double t_h = model.waves_time(whole, kblocks, sms) + model.waves_time(tail * s, per, sms) +
                                SplitModel::reduce_time(s, (double)m * (double)(tail / across) * (swap ? kBP : bq));
             if (t_h < best * 0.97 || knobs.hybrid == 1) {
+                pl.csplit = 0;
                 pl.splits = s;
                 pl.kb_per_split = per;
                 pl.whole_units = (int)whole;
@@ -1154,7 +1244,7 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
  * (weights; adjacent P tiles) where N is a multiple of the Q tile and the P tiles are even. Sharing P first: it is
  * the larger tile when Q tiles are 64 wide. */
 void pair_tiles(Plan &pl, int64_t m, int64_t n, int sms, const PlanKnobs &knobs) {
-    if (pl.swap || m <= 64 || pl.whole_units || sms < 2 || knobs.cluster == kClusterOff) return;
+    if (pl.swap || m <= 64 || pl.whole_units || pl.csplit || sms < 2 || knobs.cluster == kClusterOff) return;
     const bool share_p = m % kBP == 0 && pl.q_tiles % 2 == 0 && knobs.cluster != kClusterShareQ;
     const bool share_q = n % pl.bq == 0 && pl.p_tiles % 2 == 0 && knobs.cluster != kClusterShareP;
     if (share_p)
@@ -1182,10 +1272,10 @@ int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
  *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
  * knobs.tile (BFP8_HOPPER_TILE) overrides the choice. */
-Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs) {
+Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const ClusterFit &fit, const PlanKnobs &knobs) {
     /* The normal path with weight tiles bq wide, in clusters where asked for and allowed. */
     auto normal = [&](int bq) {
-        Plan pl = plan_tiling(false, bq, m, n, k, sms, knobs);
+        Plan pl = plan_tiling(false, bq, m, n, k, sms, fit, knobs);
         pair_tiles(pl, m, n, sms, knobs);
         return pl;
     };
@@ -1195,7 +1285,7 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const PlanKnobs &knobs)
         int bq = 8;
         while (bq < m) bq *= 2;
         if (forced.set && forced.bq) bq = forced.bq;
-        return plan_tiling(true, bq, m, n, k, sms, knobs);
+        return plan_tiling(true, bq, m, n, k, sms, fit, knobs);
     }
     const int64_t waves64 = bfp8_ceil_div(normal_tiles(m, n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(normal_tiles(m, n, 128), sms);
@@ -1210,9 +1300,10 @@ int64_t whole_columns(const Plan &pl) {
 /* One line naming a plan: path, tile, K split, units, grid and clusters (BFP8_LOG=hopper, and the tests' golden
  * plans). */
 void describe_plan(const Plan &pl, char *out, size_t size) {
-    snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d) grid=%d%s",
+    snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d) grid=%d%s%s",
              pl.swap ? "swapped" : "normal", pl.bq, pl.splits, pl.kb_per_split, pl.units, pl.whole_units, pl.grid,
-             pl.pair_q == 2 ? " clusters of 2 sharing P" : pl.pair_p == 2 ? " clusters of 2 sharing Q" : "");
+             pl.pair_q == 2 ? " clusters of 2 sharing P" : pl.pair_p == 2 ? " clusters of 2 sharing Q" : "",
+             pl.csplit ? " summed in clusters" : "");
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn(void) {
@@ -1346,7 +1437,7 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
         if (grid > 2 * max_clusters) *launched = 2 * max_clusters;
     }
     /* A programmatic dependent of the kernel before it (see HopperParams::dependent). CSPLIT: the whole plan in
-     * clusters of hp.csplit (cluster_split_ways only picks it where all of them fit at once: in waves it would be
+     * clusters of hp.csplit (csplit_fits only picks it where all of them fit at once: in waves it would be
      * correct, clusters do not wait for each other, but slower than the reduce kernel). */
     const KernelLaunch launch(*launched, kThreads, smem, stream, hp.dependent, CLUSTER ? 2 : CSPLIT ? hp.csplit : 1);
     return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
@@ -1355,7 +1446,9 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
 cudaError_t launch_planned(const Plan &pl, const ClusterTensorMaps &maps, const HopperParams &hp,
                            cudaStream_t stream, int *launched) {
     const bool cluster = pl.pair_p * pl.pair_q == 2;
-    if (hp.csplit) return launch_kernel<8, true, false, true>(maps, hp, pl.units, stream, launched);
+    if (pl.csplit)
+        return pl.swap ? launch_kernel<8, true, false, true>(maps, hp, pl.units, stream, launched)
+                       : launch_kernel<64, false, false, true>(maps, hp, pl.units, stream, launched);
     if (!pl.swap) {
         switch (pl.bq) {
         case 64:
@@ -1590,48 +1683,47 @@ void set_unit_grid(HopperParams &hp, const Plan &pl, int kblocks) {
     hp.last_group_rows = make_divisor(p_count % kGroupP);
 }
 
-/* BFP8_HOPPER_CSPLIT=0 sums a swapped plan's K splits with the reduce kernel instead of inside clusters
- * (HopperParams::csplit), for tests and side-by-side measurement. Read once. */
-bool csplit_enabled(void) {
-    static const bool on = !env_is_zero("BFP8_HOPPER_CSPLIT");
-    return on;
-}
-
-/* The largest cluster that sums K splits (HopperParams::csplit). The hardware allows 8 (the portable cluster size);
- * 2, 3 and 4 are the sizes that have run on the H200 (bench/hopper-notes.md, v17), so larger split counts keep the
- * reduce kernel until test_hopper's 7- and 8-split cases have run there. */
-constexpr int kMaxSplitCluster = 4;
-
-/* The cluster size that sums a plan's K splits inside the GEMM (HopperParams::csplit), or 0 for the reduce kernel:
- * the swapped path with 8-token tiles (M <= 8 by default), 2..kMaxSplitCluster splits and no whole tiles, where one cluster per tile fits on
- * the device at once (each CTA takes an SM, and a cluster's CTAs share one GPC). How many clusters of each size fit
- * is queried once per size and cached for the process (one CTA per SM: it depends on the device only). */
-int cluster_split_ways(const Plan &pl, int sms) {
-    const int ways = pl.splits, tiles = pl.p_tiles * pl.q_tiles;
-    if (!csplit_enabled() || !pl.swap || pl.bq != 8 || ways < 2 || ways > kMaxSplitCluster || pl.whole_units ||
-        pl.pair_p * pl.pair_q != 1 || pl.units > sms)
-        return 0;
-    /* Clusters of each size that fit; -1: the query failed (then the reduce kernel, for the process). A race only
-     * queries twice. */
-    static int fit[kMaxSplitCluster + 1] = {0};
-    if (!fit[ways]) {
-        int n = -1;
-        cudaError_t e = allow_kernel_smem<8, true, false, true>();
-        if (e == cudaSuccess) {
-            const KernelLaunch query(pl.units, kThreads, kernel_smem<8, true, false>(), nullptr, false, ways);
-            e = cudaOccupancyMaxActiveClusters(&n, hopper_gemm_kernel<8, true, false, true>, &query.cfg);
-        }
-        if (e != cudaSuccess) (void)cudaGetLastError(); /* a failed query means the reduce kernel, not an error */
-        fit[ways] = e == cudaSuccess && n > 0 ? n : -1;
+/* How many clusters of each size fit on the device with the CSPLIT kernels (ClusterFit), queried once per process
+ * (like the SM count, for the first device that runs hopper): the smaller count of the two kernels for each size
+ * (both take a whole SM, so the counts depend on the device only). A failed query leaves its size at 0 (the reduce
+ * kernel), and is not an error. BFP8_LOG=hopper prints the counts. */
+template <int BQ, bool SWAP> int clusters_that_fit(int size, int sms) {
+    int n = 0;
+    cudaError_t e = allow_kernel_smem<BQ, SWAP, false, true>();
+    if (e == cudaSuccess) {
+        /* The query's grid must be a whole number of clusters (else cudaErrorInvalidClusterSize). */
+        const int grid = sms >= size ? sms / size * size : size;
+        const KernelLaunch query(grid, kThreads, kernel_smem<BQ, SWAP, false>(), nullptr, false, size);
+        e = cudaOccupancyMaxActiveClusters(&n, hopper_gemm_kernel<BQ, SWAP, false, true>, &query.cfg);
     }
-    return fit[ways] >= tiles ? ways : 0;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    return n;
+}
+const ClusterFit &device_cluster_fit(int sms) {
+    static const ClusterFit fit = [sms] {
+        ClusterFit f = kNoClusterFit;
+        for (int size = 2; size <= kMaxSplitCluster; size++) {
+            const int swapped = clusters_that_fit<8, true>(size, sms), normal = clusters_that_fit<64, false>(size, sms);
+            f.clusters[size] = swapped < normal ? swapped : normal;
+        }
+        if (log_plans()) {
+            fprintf(stderr, "[bfp8 hopper] clusters that fit at once (CTAs: clusters):");
+            for (int size = 2; size <= kMaxSplitCluster; size++) fprintf(stderr, " %d: %d", size, f.clusters[size]);
+            fprintf(stderr, "\n");
+        }
+        return f;
+    }();
+    return fit;
 }
 
 /* Runs a problem hopper_takes() accepted. */
 bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     const int64_t m = args->m, n = args->n, k = args->k;
     if (m == 0 || n == 0) return BFP8_OK;
-    const Plan pl = make_plan(m, n, k, sms, env_knobs());
+    const Plan pl = make_plan(m, n, k, sms, device_cluster_fit(sms), env_knobs());
     const int64_t kblocks = bfp8_ceil_div(k, kBK);
     const int64_t sa_ld = bfp8_round_up(m, 4);
     const uint8_t *p_mat = pl.swap ? args->b : args->a;
@@ -1668,7 +1760,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.p_last_rows = p_last_rows;
     hp.q_last_rows = q_last_rows;
     hp.one_consumer = !pl.swap && m <= 64;
-    hp.csplit = cluster_split_ways(pl, sms);
+    hp.csplit = pl.csplit;
     hp.weight_evict_first = activation_tiles(pl) == 1 && evict_first_enabled();
     /* Clusters: the shared operand's map with a box of half its tile (each CTA multicasts one half). */
     if (pl.pair_p * pl.pair_q == 2) {
@@ -1704,8 +1796,8 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     if (log_plans()) {
         char line[160];
         describe_plan(pl, line, sizeof line);
-        fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s%s (launched %d CTAs)\n", (long long)m, (long long)n,
-                (long long)k, line, hp.csplit ? " splits summed in clusters" : "", launched);
+        fprintf(stderr, "[bfp8 hopper] M=%lld N=%lld K=%lld: %s (launched %d CTAs)\n", (long long)m, (long long)n,
+                (long long)k, line, launched);
     }
     if (e == cudaSuccess && pl.splits > 1 && !hp.csplit) {
         /* The output columns of whole tiles are final already; the reduce covers the rest. */
@@ -1767,7 +1859,7 @@ int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     if (p->m >= 512 && (p->m < 4096 || p->k <= 7168)) return 35;
     if (p->m <= 128) {
         if (p->k > 7168 || p->act_from_prior_kernel) return 35;
-        const Plan pl = make_plan(p->m, p->n, p->k, 132, kDefaultKnobs);
+        const Plan pl = make_plan(p->m, p->n, p->k, 132, kNoClusterFit, kDefaultKnobs);
         if (!pl.swap && pl.whole_units > 0) return 35;
     }
     return 25;
@@ -1878,19 +1970,32 @@ extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, c
 
 extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms) { return hopper_run(args, sms); }
 
+/* cluster_fit[s] clusters of s CTAs running at once (s = 2..BFP8_HOPPER_MAX_SPLIT_CLUSTER); NULL: none. */
+static ClusterFit fit_from(const int *cluster_fit) {
+    static_assert(kMaxSplitCluster == BFP8_HOPPER_MAX_SPLIT_CLUSTER, "cuda_glue.h");
+    ClusterFit fit = kNoClusterFit;
+    for (int s = 2; cluster_fit && s <= kMaxSplitCluster; s++) fit.clusters[s] = cluster_fit[s];
+    return fit;
+}
+
 extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
-    describe_plan(make_plan(m, n, k, sms, env_knobs()), out, size);
+    describe_plan(make_plan(m, n, k, sms, kNoClusterFit, env_knobs()), out, size);
+}
+
+extern "C" void bfp8_hopper_plan_describe_fit(int64_t m, int64_t n, int64_t k, int sms, const int *cluster_fit,
+                                              char *out, size_t size) {
+    describe_plan(make_plan(m, n, k, sms, fit_from(cluster_fit), env_knobs()), out, size);
 }
 
 extern "C" bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, char *why,
                                         size_t why_size) {
     PlanKnobs knobs = env_knobs();
     if (clusters) knobs.cluster = kClusterAny;
-    return check_units(make_plan(m, n, k, sms, knobs), k, why, why_size);
+    return check_units(make_plan(m, n, k, sms, kNoClusterFit, knobs), k, why, why_size);
 }
 
 extern "C" void bfp8_hopper_cluster_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
     PlanKnobs knobs = kDefaultKnobs;
     knobs.cluster = kClusterAny;
-    describe_plan(make_plan(m, n, k, sms, knobs), out, size);
+    describe_plan(make_plan(m, n, k, sms, kNoClusterFit, knobs), out, size);
 }

@@ -78,10 +78,13 @@ __device__ __forceinline__ void cluster_arrive_release() {
     asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
-/* A float in another CTA's shared memory (address from cluster_peer_addr). */
-__device__ __forceinline__ float ld_shared_cluster_f32(uint32_t remote) {
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+/* Four floats (16-byte aligned) in a CTA's shared memory, by their shared::cluster address (cluster_peer_addr). */
+__device__ __forceinline__ float4 ld_shared_cluster_f32x4(uint32_t remote) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(remote)
+                 : "memory");
     return v;
 }
 /* This CTA's cluster along x, and the grid's cluster count along x. */
