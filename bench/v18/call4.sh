@@ -1,39 +1,28 @@
-# Call 4 (v18): the full table on the committed kernels, clean flush, all backends; cuda_generic with the dirty flush
-# for the anchor comparison; the model step once; Triton in the same call (dirty) on the cells where issue 4 missed.
+# Call 4 (v18): the cluster sum with 128-wide weight tiles on the normal path (a third CSPLIT kernel), reached with
+# BFP8_HOPPER_TILE=128: --small under it (BFP8_LOG=hopper), memcheck and racecheck on it; then, at M = 16, 64, 128 on
+# five shapes, the default plans against 128-wide tiles with 1-6 splits (summed in clusters where they fit).
 export PATH=$PATH:/usr/local/cuda/bin CPATH=$PWD/build/deps/include LIBRARY_PATH=$PWD/build/deps/lib LD_LIBRARY_PATH=$PWD/build/deps/lib
 S=$(date +%s); touch build/.deps-ok
-make -j16 all > $OUT/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-S ))s"
-timeout 200 build/blockfp8 bench --device cuda --backend all --baseline cublaslt --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --json $OUT/bench.json > $OUT/bench.log 2>&1; echo "bench rc=$? $(( $(date +%s)-S ))s"
-timeout 120 build/blockfp8 bench --device cuda --backend cuda_generic --baseline cublaslt --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --l2 dirty --json $OUT/bench-dirty.json > $OUT/bench-dirty.log 2>&1; echo "dirty rc=$? $(( $(date +%s)-S ))s"
-timeout 90 build/blockfp8 bench --model dsr1 --device cuda --batch 1,16,128 --compare --json $OUT/model.json > $OUT/model.log 2>&1; echo "model rc=$? $(( $(date +%s)-S ))s"
-python3 - $OUT <<'PY'
-import json, sys, math
-d = sys.argv[1]
-r = json.load(open(d + '/bench.json'))
-lt = {(x['m'], x['n'], x['k']): x['median_us'] for x in r if x['backend'] == 'cublaslt'}
-g = lambda v: math.exp(sum(map(math.log, v)) / len(v))
-for be in ('hopper', 'auto', 'cuda_generic'):
-    t = {(x['m'], x['n'], x['k']): x['median_us'] for x in r if x['backend'] == be}
-    ks = [k for k in t if k in lt]
-    slow = sorted(k for k in ks if t[k] > lt[k])
-    print("%-12s vs cublaslt %.3fx over %d cells, slower in %d: %s" % (be, g([lt[k] / t[k] for k in ks]), len(ks), len(slow), " ".join("%dx%dx%d %.2f/%.2f" % (k + (t[k], lt[k])) for k in slow)))
-h = {(x['m'], x['n'], x['k']): x for x in r if x['backend'] == 'hopper'}
-k = (4096, 7168, 16384); print("4096x7168x16384 hopper %.1f us %.0f TFLOP/s, cublaslt %.1f us" % (h[k]['median_us'], h[k]['tflops'], lt[k]))
-for k in sorted(h):
-    if k[0] <= 128 and k[1] * k[2] >= 32e6: print("  decode M=%d %dx%d: %.2f TB/s (%.1f us)" % (k + (h[k]['gbs'] / 1000, h[k]['median_us'])))
-print("smallest hopper cell: %.2f us" % min(x['median_us'] for x in h.values()))
-PY
-grep -E "step|batch" $OUT/model.log | head -8
-SH=32768x512,36864x7168,2112x7168,4096x7168
-(PYTHONUNBUFFERED=1 timeout 200 python3 bench/triton_baseline.py --l2 dirty --m 1,16 --shapes $SH --json $OUT/triton-dirty.json > $OUT/triton.log 2>&1; echo "triton rc=$? $(( $(date +%s)-S ))s")
-python3 - $OUT <<'PY'
-import json, sys
-d = sys.argv[1]
-try: tr = {(x['m'], x['n'], x['k']): x['median_us'] for x in json.load(open(d + '/triton-dirty.json')) if x['backend'] == 'triton'}
-except Exception as e: tr = {}; print("no triton figures:", e)
-cg = {(x['m'], x['n'], x['k']): x['median_us'] for x in json.load(open(d + '/bench-dirty.json')) if x['backend'] == 'cuda_generic'}
-for k in sorted(tr):
-    print("  dirty M=%d %dx%d: cuda_generic %.2f  triton %.2f  %s" % (k + (cg.get(k, float('nan')), tr[k], "ok" if cg.get(k, 1e9) <= tr[k] else "SLOWER")))
-PY
+make -j16 all build/tests/test_hopper > $OUT/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-S ))s"
+sh tests/ptxas-check.sh build/cuda 1 2>&1 | tail -2
+export BFP8_REQUIRE_CUDA=1
+BFP8_HOPPER_TILE=128 BFP8_LOG=hopper timeout 90 build/tests/test_hopper --small > $OUT/th-t128.log 2>&1; rc=$?; echo "TILE=128 --small rc=$rc: $(tail -1 $OUT/th-t128.log) $(( $(date +%s)-S ))s"
+grep "summed in clusters" $OUT/th-t128.log | grep "BQ=128" | sed 's/(K blocks per split [0-9]*) //; s/(whole 0) //' | sort -u | cut -c1-140
+if [ $rc != 0 ]; then grep -E "failed|FAIL" $OUT/th-t128.log | head -5; cd $OUT && tar czf c4.tgz *.log; exit 1; fi
+(BFP8_HOPPER_TILE=128 BFP8_HOPPER_SPLITS=3 timeout 90 build/tests/test_hopper --small > $OUT/th-t128s3.log 2>&1; echo "TILE=128 SPLITS=3 --small rc=$?: $(tail -1 $OUT/th-t128s3.log)") &
+for tool in memcheck racecheck; do
+  BFP8_HOPPER_TILE=128 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small > $OUT/san-$tool.log 2>&1; echo "TILE=128 $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|hopper: [0-9]' $OUT/san-$tool.log | tr '\n' ' ' | cut -c1-200)"
+done; wait; echo "sanitizer $(( $(date +%s)-S ))s"
+SH=2112x7168,4096x7168,7168x2048,7168x16384,7168x18432
+B="bench --device cuda --backend hopper --shapes $SH --m 16,64,128 --iters 20 --warmup 3"
+for r in 1 2; do
+  timeout 40 build/blockfp8 $B --json $OUT/defS0-$r.json > /dev/null 2>&1 || echo "default failed"
+  BFP8_HOPPER_TILE=128 timeout 40 build/blockfp8 $B --json $OUT/t128S0-$r.json > /dev/null 2>&1 || echo "t128 failed"
+done
+for s in 1 2 3 4 6; do
+  BFP8_HOPPER_TILE=128 BFP8_HOPPER_SPLITS=$s timeout 40 build/blockfp8 $B --json $OUT/t128S$s-1.json > /dev/null 2>&1 || echo "t128 S=$s failed"
+done; echo "sweep $(( $(date +%s)-S ))s"
+echo "default (S=0 column) and TILE=128 (model's split count in S=0, forced counts after):"
+python3 bench/v18/sweep.py $OUT def 0; python3 bench/v18/sweep.py $OUT t128 0 1 2 3 4 6
 echo "done $(( $(date +%s)-S ))s"
 cd $OUT && tar czf c4.tgz *.log *.json && rm -f *.log *.json
