@@ -55,7 +55,7 @@ step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/
 # (rows past the matrix zero-filled by TMA) instead of a smaller one, and the opt-in 2-CTA cluster kernels (sharing
 # the activation tile where M % 128 == 0, else the weight tile: the test shapes reach both), and every load left to
 # the producer loop, one stage at entry, or every free stage (instead of 4; in GEMM and linear calls alike), and
-# the reduce kernel where a swapped plan's K splits would be summed inside clusters. Commas
+# the reduce kernel where a plan's K splits would be summed inside clusters. Commas
 # join one variant's variables. Each full run takes ~45 s on the H200 (~30 s with --small), ~8 minutes in all; the other
 # steps take ~7.5, so on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in a call of its own.
 hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap

@@ -471,6 +471,25 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 128, 256, 8192, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
 }
 
+/* Clusters of 2..8 CTAs that fit at once on the H200 with the CSPLIT kernels (BFP8_LOG=hopper prints them). */
+static const int kH200ClusterFit[BFP8_HOPPER_MAX_SPLIT_CLUSTER + 1] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
+
+/* The CSPLIT clusters' occupancy query answers for every size: v18's first form read sizes 5, 7 and 8 as "none fit",
+ * and every plan took the reduce kernel without a failed check. Printed, and compared with the H200's counts that
+ * the golden plans use. */
+static void test_cluster_fit(void) {
+    int fit[BFP8_HOPPER_MAX_SPLIT_CLUSTER + 1] = {0};
+    CHECK_OK(bfp8_hopper_device_cluster_fit(fit));
+    bool as_h200 = true;
+    printf("clusters that fit at once:");
+    for (int s = 2; s <= BFP8_HOPPER_MAX_SPLIT_CLUSTER; s++) {
+        printf(" %d: %d", s, fit[s]);
+        CHECK(fit[s] >= 1, "no cluster of %d CTAs fits on this device", s);
+        as_h200 = as_h200 && fit[s] == kH200ClusterFit[s];
+    }
+    printf(" (%s the H200's)\n", as_h200 ? "as" : "not");
+}
+
 /* Misuse that must be refused with a message, never crash. */
 static void test_refusals(const bfp8_backend *b) {
     operands o;
@@ -497,7 +516,8 @@ static void test_refusals(const bfp8_backend *b) {
 /* The plans the split model picks on the H200's 132 SMs: at M = 1 for the decode cells of the forced-split sweep,
  * each the measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6; 2112x7168 and 4096x7168
  * swept again in v18, with the reduce kernel here and summed in clusters in fit_cases below); at M = 16..64 the
- * normal-path plans whose tables are in v8 and v9 (timed as plans, their split counts not swept); last-wave splits
+ * normal-path plans whose tables are in v8 and v9 (timed as plans; the split counts of 2112x7168 and 4096x7168
+ * swept in v18, those of the others not); last-wave splits
  * (swapped and normal) and the two normal tilings. A change of the model that moves one of these must be measured
  * again. Host-only: runs without a device; skipped when an environment variable forces a plan. */
 typedef struct {
@@ -518,8 +538,6 @@ static void check_plans(const plan_case *cases, size_t count,
     }
 }
 
-/* Clusters of 2..8 CTAs that fit at once on the H200 with the CSPLIT kernels (BFP8_LOG=hopper prints them). */
-static const int kH200ClusterFit[BFP8_HOPPER_MAX_SPLIT_CLUSTER + 1] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
 static void describe_on_h200(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
     bfp8_hopper_plan_describe_fit(m, n, k, sms, kH200ClusterFit, out, size);
 }
@@ -572,9 +590,9 @@ static void test_golden_plans(void) {
         {64, 7168, 2048, "normal BQ=64 splits=1 (K blocks per split 16) units=112 (whole 0) grid=112"},
         {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
     };
-    /* Where the CSPLIT clusters fit (the H200's counts): the split cells sum inside clusters where that many fit,
-     * with the split count the model picks for it (bench/hopper-notes.md, v18); the last-wave splits and the cells
-     * with more tiles than fit keep the reduce kernel. */
+    /* With the H200's cluster counts: the split cells sum inside clusters, with the split count the model picks
+     * for it (bench/hopper-notes.md, v18), which is one whose clusters all fit (2112x7168 at M = 16..128: 3 splits,
+     * as 33 clusters of 4 do not fit); unsplit cells and the last-wave splits (whole tiles) are as without clusters. */
     static const plan_case fit_cases[] = {
         {1, 2112, 7168, "swapped BQ=8 splits=4 (K blocks per split 14) units=68 (whole 0) grid=68 summed in clusters"},
         {16, 2112, 7168, "normal BQ=64 splits=3 (K blocks per split 19) units=99 (whole 0) grid=99 summed in clusters"},
@@ -599,6 +617,21 @@ static void test_golden_plans(void) {
     };
     check_plans(cases, sizeof cases / sizeof cases[0], bfp8_hopper_plan_describe, "plan");
     check_plans(fit_cases, sizeof fit_cases / sizeof fit_cases[0], describe_on_h200, "plan on the H200");
+    /* test_small's cluster-sum cases do sum in clusters on the H200, with the cluster sizes their comments name
+     * (where the device fits fewer clusters they take the reduce kernel, and pass either way). */
+    static const plan_case small_csplit[] = {
+        {8, 3000, 2048, "swapped BQ=8 splits=4 "},  {5, 2500, 3072, "swapped BQ=8 splits=4 "},
+        {3, 1536, 4096, "swapped BQ=8 splits=8 "},  {2, 1000, 2560, "swapped BQ=8 splits=7 "},
+        {100, 1000, 4096, "normal BQ=64 splits=6 "}, {16, 330, 6144, "normal BQ=64 splits=8 "},
+        {72, 520, 3584, "normal BQ=64 splits=7 "},  {128, 256, 8192, "normal BQ=64 splits=8 "},
+    };
+    check_plans(small_csplit, sizeof small_csplit / sizeof small_csplit[0], describe_on_h200, "small case on the H200");
+    for (size_t i = 0; i < sizeof small_csplit / sizeof small_csplit[0]; i++) {
+        char line[160];
+        describe_on_h200(small_csplit[i].m, small_csplit[i].n, small_csplit[i].k, 132, line, sizeof line);
+        CHECK(strstr(line, " summed in clusters") != NULL, "small case M=%lld N=%lld K=%lld on the H200: '%s'",
+              (long long)small_csplit[i].m, (long long)small_csplit[i].n, (long long)small_csplit[i].k, line);
+    }
     check_plans(cluster_cases, sizeof cluster_cases / sizeof cluster_cases[0], bfp8_hopper_cluster_plan_describe,
                 "plan with clusters");
 }
@@ -839,6 +872,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < 256; i++) e4m3_table[i] = bfp8_e4m3_to_f32((uint8_t)i);
     const clock_t t0 = clock();
+    test_cluster_fit();
     test_small(b);
     test_refusals(b);
     test_linear(small_only);

@@ -35,6 +35,10 @@ void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *o
 void bfp8_hopper_plan_describe_fit(int64_t m, int64_t n, int64_t k, int sms, const int *cluster_fit, char *out,
                                    size_t size);
 void bfp8_hopper_cluster_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size);
+/* The clusters of s CTAs that fit at once on the current device with the CSPLIT kernels, into clusters[s] (s =
+ * 2..BFP8_HOPPER_MAX_SPLIT_CLUSTER; the entries below 2 are set to 0); what hopper's plans on it use (queried once
+ * per process). */
+bfp8_status bfp8_hopper_device_cluster_fit(int *clusters);
 /* Whether the units of that plan (with 2-CTA clusters allowed if `clusters`) decode, with the kernel's divisors, to
  * every (tile, K block) exactly once, as plain division does (false with the first difference in why). */
 bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, char *why, size_t why_size);

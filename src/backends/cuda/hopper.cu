@@ -156,10 +156,12 @@ struct HopperParams {
     /* CSPLIT kernels (swapped with 8-token tiles, or normal with 64-wide weight tiles and one P tile; split K, no
      * whole tiles): the `csplit` splits of a tile run in the CTAs of one cluster, cluster c taking tile c and its
      * CTA of rank r split r, and the splits are summed over distributed shared memory instead of by the reduce
-     * kernel (no workspace, no second kernel). One unit per CTA (the grid is the units, csplit_fits): the
-     * producer's thread 0 takes no part in the cluster barriers of the
-     * epilogue, so it must have issued its CTA's last load before its consumers reach one; with a second unit it
-     * could still be waiting for a free stage there, and neither would move. 0 in the other kernels. */
+     * kernel (no workspace, no second kernel). One unit per CTA (the grid is the units; csplit_fits, checked again
+     * by launch_planned), which the kernel relies on three ways: the producer's thread 0 takes no part in the
+     * cluster barriers of the epilogue, so it must have issued its CTA's last load before its consumers reach one
+     * (with a second unit it could still be waiting for a free stage there, and neither would move); the normal
+     * path stages its partial in the ring, free only once no load is left to issue; and nothing waits for the
+     * peers' reads of one unit's staging before the next unit's. 0 in the other kernels. */
     int csplit;
 };
 /* The stamps of a trace build, per CTA (not in time order: the first boxes usually go out at entry, before the CTA
@@ -325,8 +327,9 @@ __global__ void __launch_bounds__(kThreads, 1)
      * in steps of the cluster count (both CTAs of a cluster walk the same units, and rank picks each one's tile of
      * a unit's pair). Written out where used: helpers for them changed the other kernels' instruction schedule. */
     const int rank = CLUSTER ? (int)cluster_ctarank() : 0;
-    /* CSPLIT: the CTA of rank r in cluster c walks split r's units of the cluster's tiles: r * T + c, then in steps
-     * of the cluster count, below (r + 1) * T (decode_unit numbers the T tiles of one split together). */
+    /* CSPLIT: the CTA of rank r in cluster c runs unit r * T + c, split r of tile c (decode_unit numbers the T tiles
+     * of one split together). The unit loops below are those of the other kernels, a walk in steps of the cluster
+     * count, but a CSPLIT CTA runs exactly one unit: one cluster per tile (HopperParams::csplit). */
     const int split_rank = CSPLIT ? (int)cluster_ctarank() : 0;
     /* Written out at each use as macros (#undef after the kernel): as variables or helpers computed once, they
      * changed the other kernels' code (checked in the SASS; v10 saw the same with lambdas). */
@@ -1072,13 +1075,16 @@ int cluster_mode(void) {
     return mode;
 }
 
+/* Whether the environment variable `name` starts with '0' (the switches here are on unless set to 0). */
+bool env_is_zero(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] == '0';
+}
+
 /* BFP8_HOPPER_CSPLIT=0 sums K splits with the reduce kernel only, never inside clusters (HopperParams::csplit),
  * for tests and side-by-side measurement. Read once. */
-bool csplit_off(void) {
-    static const bool off = [] {
-        const char *e = getenv("BFP8_HOPPER_CSPLIT");
-        return e && e[0] == '0';
-    }();
+bool csplit_disabled(void) {
+    static const bool off = env_is_zero("BFP8_HOPPER_CSPLIT");
     return off;
 }
 
@@ -1092,7 +1098,9 @@ struct PlanKnobs {
     bool csplit_off; /* never sum splits inside clusters */
 };
 constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterOff, false};
-PlanKnobs env_knobs(void) { return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode(), csplit_off()}; }
+PlanKnobs env_knobs(void) {
+    return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode(), csplit_disabled()};
+}
 
 /* The largest cluster that sums K splits (HopperParams::csplit): the portable cluster size. */
 constexpr int kMaxSplitCluster = 8;
@@ -1138,9 +1146,9 @@ struct SplitModel {
     /* Partials of `outputs` outputs written and read back, and the reduce kernel. */
     static double reduce_time(int splits, double outputs) { return (double)splits * outputs * 8.0 / 4.0e12 + 3.0e-6; }
     /* The same splits summed inside clusters (HopperParams::csplit): two cluster barriers and the partials over
-     * distributed shared memory, no second kernel. On the H200 it took 0.1-2.1 us less than the reduce with the
-     * same split count (v18's sweep of 2112x7168, 4096x7168 and 7168x2048 at M = 1..128), so ~2 us less than
-     * reduce_time's 3. */
+     * distributed shared memory, no second kernel. On the H200 it took 0.4-2.9 us less than the reduce with the
+     * same split count (v18's sweep of 2112x7168, 4096x7168 and 7168x2048 at M = 1..128, where the clusters fit),
+     * so ~2 us less than reduce_time's 3. */
     static double cluster_sum_time(int splits, double outputs) {
         return (double)splits * outputs * 4.0 / 4.0e12 + 1.0e-6;
     }
@@ -1446,9 +1454,15 @@ cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &h
 cudaError_t launch_planned(const Plan &pl, const ClusterTensorMaps &maps, const HopperParams &hp,
                            cudaStream_t stream, int *launched) {
     const bool cluster = pl.pair_p * pl.pair_q == 2;
-    if (pl.csplit)
+    if (pl.csplit) {
+        /* One unit per CTA and a kernel for the tiling (HopperParams::csplit, csplit_fits). */
+        const bool one_unit_each = pl.units == pl.csplit * pl.p_tiles * pl.q_tiles && pl.splits == pl.csplit &&
+                                   !pl.whole_units && pl.pair_p * pl.pair_q == 1;
+        if (!one_unit_each || (pl.swap ? pl.bq != 8 : pl.bq != 64 || pl.p_tiles != 1))
+            return cudaErrorInvalidConfiguration;
         return pl.swap ? launch_kernel<8, true, false, true>(maps, hp, pl.units, stream, launched)
                        : launch_kernel<64, false, false, true>(maps, hp, pl.units, stream, launched);
+    }
     if (!pl.swap) {
         switch (pl.bq) {
         case 64:
@@ -1466,12 +1480,6 @@ cudaError_t launch_planned(const Plan &pl, const ClusterTensorMaps &maps, const 
     case 64: return launch_kernel<64, true, false>(maps, hp, pl.grid, stream, launched);
     default: return launch_kernel<128, true, false>(maps, hp, pl.grid, stream, launched);
     }
-}
-
-/* Whether the environment variable `name` starts with '0' (the switches below are on unless set to 0). */
-bool env_is_zero(const char *name) {
-    const char *e = getenv(name);
-    return e && e[0] == '0';
 }
 
 /* BFP8_HOPPER_TMA_STORE=0 keeps the v2 epilogue (16-byte stores by every thread) on the normal path, for
@@ -1689,6 +1697,7 @@ void set_unit_grid(HopperParams &hp, const Plan &pl, int kblocks) {
  * kernel), and is not an error. BFP8_LOG=hopper prints the counts. */
 template <int BQ, bool SWAP> int clusters_that_fit(int size, int sms) {
     int n = 0;
+    const bool pending = cudaPeekAtLastError() != cudaSuccess; /* the caller's, left for it */
     cudaError_t e = allow_kernel_smem<BQ, SWAP, false, true>();
     if (e == cudaSuccess) {
         /* The query's grid must be a whole number of clusters (else cudaErrorInvalidClusterSize). */
@@ -1697,7 +1706,7 @@ template <int BQ, bool SWAP> int clusters_that_fit(int size, int sms) {
         e = cudaOccupancyMaxActiveClusters(&n, hopper_gemm_kernel<BQ, SWAP, false, true>, &query.cfg);
     }
     if (e != cudaSuccess) {
-        (void)cudaGetLastError();
+        if (!pending) (void)cudaGetLastError(); /* this query's error: the reduce kernel, not a failure */
         n = 0;
     }
     return n;
@@ -1985,6 +1994,14 @@ extern "C" void bfp8_hopper_plan_describe(int64_t m, int64_t n, int64_t k, int s
 extern "C" void bfp8_hopper_plan_describe_fit(int64_t m, int64_t n, int64_t k, int sms, const int *cluster_fit,
                                               char *out, size_t size) {
     describe_plan(make_plan(m, n, k, sms, fit_from(cluster_fit), env_knobs()), out, size);
+}
+
+extern "C" bfp8_status bfp8_hopper_device_cluster_fit(int *clusters) {
+    bfp8_cuda_device_info info;
+    BFP8_TRY(bfp8_cuda_device_info_get(&info));
+    const ClusterFit &fit = device_cluster_fit(info.num_sms);
+    for (int s = 0; s <= kMaxSplitCluster; s++) clusters[s] = fit.clusters[s];
+    return BFP8_OK;
 }
 
 extern "C" bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, char *why,
