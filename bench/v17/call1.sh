@@ -26,11 +26,11 @@ for r in 1 2; do
   for a in 3 4; do timeout 60 /tmp/a$a/build/blockfp8 $A --json $OUT/a$a-$r.json > /dev/null 2>&1 || echo "a$a bench failed"; done
   echo "ab round $r $(( $(date +%s)-S ))s"
 done
-python3 build/s/abv.py $OUT single rings a3 a4
+python3 bench/ab/abv.py $OUT single rings a3 a4
 for r in 1 2; do
   BFP8_HOPPER_RINGS=0 timeout 60 build/blockfp8 bench --model dsr1 --device cuda --batch 1,16,128 --iters 20 --json $OUT/m-single-$r.json > /dev/null 2>&1 || echo "model single failed"
   timeout 60 build/blockfp8 bench --model dsr1 --device cuda --batch 1,16,128 --iters 20 --json $OUT/m-rings-$r.json > /dev/null 2>&1 || echo "model rings failed"
 done; echo "model $(( $(date +%s)-S ))s"
-python3 build/s/modelab.py $OUT single rings | grep -E "layer|step|q_b|kv_b"
+python3 bench/ab/modelab.py $OUT single rings | grep -E "layer|step|q_b|kv_b"
 echo "done $(( $(date +%s)-S ))s"
 cd $OUT && tar czf c1.tgz *.log *.json && rm -f *.log *.json

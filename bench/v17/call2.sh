@@ -21,11 +21,11 @@ for r in 1 2; do
   BFP8_HOPPER_SHORT_P=0 timeout 60 build/blockfp8 $A --json $OUT/entryonly-$r.json > /dev/null 2>&1 || echo "entryonly bench failed"
   echo "ab round $r $(( $(date +%s)-S ))s"
 done
-python3 build/s/abv.py $OUT head p64 entry entryonly
+python3 bench/ab/abv.py $OUT head p64 entry entryonly
 for r in 1 2; do
   timeout 60 /tmp/head/build/blockfp8 bench --model dsr1 --device cuda --batch 1,16,128 --iters 20 --json $OUT/m-head-$r.json > /dev/null 2>&1 || echo "model head failed"
   timeout 60 build/blockfp8 bench --model dsr1 --device cuda --batch 1,16,128 --iters 20 --json $OUT/m-entry-$r.json > /dev/null 2>&1 || echo "model entry failed"
 done; echo "model $(( $(date +%s)-S ))s"
-python3 build/s/modelab.py $OUT head entry | grep -E "layer|step"
+python3 bench/ab/modelab.py $OUT head entry | grep -E "layer|step"
 echo "done $(( $(date +%s)-S ))s"
 cd $OUT && tar czf c2.tgz *.log *.json && rm -f *.log *.json

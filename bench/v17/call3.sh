@@ -38,6 +38,6 @@ for k in sorted(ef):
     f = lambda v: "/".join("%.2f" % x for x in v)
     print("  %4d %6d %6d | %s  %s  %s | %s  %s  %s" % (k + (f(ef[k]), f(noef.get(k, [])), f(tr.get(k, [])), f(cef.get(k, [])), f(cnoef.get(k, [])), f(lt.get(k, [])))))
 PY
-python3 build/s/modelab.py $OUT ef noef | grep -E "layer|step|kv_b|q_a|shared.down"
+python3 bench/ab/modelab.py $OUT ef noef | grep -E "layer|step|kv_b|q_a|shared.down"
 echo "done $(( $(date +%s)-S ))s"
 cd $OUT && tar czf c3.tgz *.log *.json && rm -f *.log *.json

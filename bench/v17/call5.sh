@@ -21,10 +21,10 @@ for l in clean dirty; do for r in 1 2; do
   timeout 60 build/blockfp8 bench --device cuda --backend hopper --baseline cublaslt --shapes dsr1 --m 1,8 --iters 20 --warmup 3 --l2 $l --json $OUT/cs$l-$r.json > /dev/null 2>&1 || echo "cs $l failed"
   BFP8_HOPPER_CSPLIT=0 timeout 60 build/blockfp8 bench --device cuda --backend hopper --baseline cublaslt --shapes dsr1 --m 1,8 --iters 20 --warmup 3 --l2 $l --json $OUT/rd$l-$r.json > /dev/null 2>&1 || echo "rd $l failed"
 done; done; echo "ab $(( $(date +%s)-S ))s"
-python3 build/s/abv.py $OUT rdclean csclean; python3 build/s/abv.py $OUT rddirty csdirty | head -4
+python3 bench/ab/abv.py $OUT rdclean csclean; python3 bench/ab/abv.py $OUT rddirty csdirty | head -4
 for r in 1 2; do
   timeout 60 build/blockfp8 bench --model dsr1 --device cuda --batch 1 --iters 20 --json $OUT/m-cs-$r.json > /dev/null 2>&1 || echo "model cs failed"
   BFP8_HOPPER_CSPLIT=0 timeout 60 build/blockfp8 bench --model dsr1 --device cuda --batch 1 --iters 20 --json $OUT/m-rd-$r.json > /dev/null 2>&1 || echo "model rd failed"
-done; python3 build/s/modelab.py $OUT rd cs
+done; python3 bench/ab/modelab.py $OUT rd cs
 echo "done $(( $(date +%s)-S ))s"
 cd $OUT && tar czf c5.tgz *.log *.json && rm -f *.log *.json

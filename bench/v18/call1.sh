@@ -29,10 +29,10 @@ for r in 1 2; do
   timeout 60 build/blockfp8 bench --device cuda --backend hopper --baseline cublaslt --shapes $SH --m 1,8,16,64,128 --iters 20 --warmup 3 --json $OUT/cs-$r.json > /dev/null 2>&1 || echo "cs failed"
   BFP8_HOPPER_CSPLIT=0 timeout 60 build/blockfp8 bench --device cuda --backend hopper --baseline cublaslt --shapes $SH --m 1,8,16,64,128 --iters 20 --warmup 3 --json $OUT/rd-$r.json > /dev/null 2>&1 || echo "rd failed"
 done; echo "ab $(( $(date +%s)-S ))s"
-python3 bench/v18/abv.py $OUT rd cs
+python3 bench/ab/abv.py $OUT rd cs
 for s in 1 2 3 4 5 6 7 8; do
   BFP8_HOPPER_SPLITS=$s timeout 40 build/blockfp8 bench --device cuda --backend hopper --shapes 2112x7168,4096x7168,7168x2048 --m 1,16,128 --iters 20 --warmup 3 --json $OUT/swS$s-1.json > /dev/null 2>&1 || echo "sweep $s failed"
 done; echo "sweep $(( $(date +%s)-S ))s"
-python3 bench/v18/sweep.py $OUT sw 1 2 3 4 5 6 7 8
+python3 bench/ab/sweep.py $OUT sw 1 2 3 4 5 6 7 8
 echo "done $(( $(date +%s)-S ))s"
 cd $OUT && tar czf c1.tgz *.log *.json && rm -f *.log *.json

@@ -25,8 +25,8 @@ for s in 1 2 3 4 5 6 7 8; do
   BFP8_HOPPER_SPLITS=$s timeout 40 build/blockfp8 bench --device cuda --backend hopper --shapes $SH --m 1,8,16,64,128 --iters 20 --warmup 3 --json $OUT/csS$s-1.json > /dev/null 2>&1 || echo "cs sweep $s failed"
   [ $s -gt 1 ] && { BFP8_HOPPER_CSPLIT=0 BFP8_HOPPER_SPLITS=$s timeout 40 build/blockfp8 bench --device cuda --backend hopper --shapes $SH --m 1,8,16,64,128 --iters 20 --warmup 3 --json $OUT/rdS$s-1.json > /dev/null 2>&1 || echo "rd sweep $s failed"; }
 done; echo "sweep $(( $(date +%s)-S ))s"
-echo "cluster sum (where the clusters fit; see the fit line):"; python3 bench/v18/sweep.py $OUT cs 1 2 3 4 5 6 7 8
-echo "reduce:"; python3 bench/v18/sweep.py $OUT rd 2 3 4 5 6 7 8
+echo "cluster sum (where the clusters fit; see the fit line):"; python3 bench/ab/sweep.py $OUT cs 1 2 3 4 5 6 7 8
+echo "reduce:"; python3 bench/ab/sweep.py $OUT rd 2 3 4 5 6 7 8
 timeout 60 build/blockfp8 bench --device cuda --backend hopper --baseline cublaslt --shapes $SH --m 1,8,16,64,128 --iters 20 --warmup 3 --json $OUT/def-1.json > /dev/null 2>&1
 ls $OUT/def-1.json >/dev/null && python3 -c "
 import json; [print('  default M=%d %dx%d %.2f' % (r['m'], r['n'], r['k'], r['median_us'])) for r in json.load(open('$OUT/def-1.json')) if r['backend']=='hopper']"

@@ -24,6 +24,6 @@ for r in 1 2; do
   timeout 60 build/blockfp8 bench --device cuda --backend hopper --baseline cublaslt --shapes $SH --m 1,8,16,64,128 --iters 20 --warmup 3 --json $OUT/cs-$r.json > /dev/null 2>&1 || echo "cs failed"
   BFP8_HOPPER_CSPLIT=0 timeout 60 build/blockfp8 bench --device cuda --backend hopper --baseline cublaslt --shapes $SH --m 1,8,16,64,128 --iters 20 --warmup 3 --json $OUT/rd-$r.json > /dev/null 2>&1 || echo "rd failed"
 done; echo "ab $(( $(date +%s)-S ))s"
-python3 bench/v18/abv.py $OUT rd cs
+python3 bench/ab/abv.py $OUT rd cs
 echo "done $(( $(date +%s)-S ))s"
 cd $OUT && tar czf c3.tgz *.log *.json && rm -f *.log *.json

@@ -23,6 +23,6 @@ for s in 1 2 3 4 6; do
   BFP8_HOPPER_TILE=128 BFP8_HOPPER_SPLITS=$s timeout 40 build/blockfp8 $B --json $OUT/t128S$s-1.json > /dev/null 2>&1 || echo "t128 S=$s failed"
 done; echo "sweep $(( $(date +%s)-S ))s"
 echo "default (S=0 column) and TILE=128 (model's split count in S=0, forced counts after):"
-python3 bench/v18/sweep.py $OUT def 0; python3 bench/v18/sweep.py $OUT t128 0 1 2 3 4 6
+python3 bench/ab/sweep.py $OUT def 0; python3 bench/ab/sweep.py $OUT t128 0 1 2 3 4 6
 echo "done $(( $(date +%s)-S ))s"
 cd $OUT && tar czf c4.tgz *.log *.json && rm -f *.log *.json
