@@ -20,23 +20,7 @@ done; echo "sanitizer $(( $(date +%s)-S ))s"
 timeout 200 build/blockfp8 bench --device cuda --backend all --baseline cublaslt --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --json $OUT/bench.json > $OUT/bench.log 2>&1; echo "bench rc=$? $(( $(date +%s)-S ))s"
 timeout 100 build/blockfp8 bench --device cuda --backend cuda_generic --baseline cublaslt --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --l2 dirty --json $OUT/bench-dirty.json > $OUT/bench-dirty.log 2>&1; echo "dirty rc=$? $(( $(date +%s)-S ))s"
 timeout 60 build/blockfp8 bench --model dsr1 --device cuda --batch 1,16,128 --compare --json $OUT/model.json > $OUT/model.log 2>&1; echo "model rc=$? $(( $(date +%s)-S ))s"
-python3 - $OUT <<'PY'
-import json, sys, math
-d = sys.argv[1]
-r = json.load(open(d + '/bench.json'))
-lt = {(x['m'], x['n'], x['k']): x['median_us'] for x in r if x['backend'] == 'cublaslt'}
-g = lambda v: math.exp(sum(map(math.log, v)) / len(v))
-for be in ('hopper', 'auto', 'cuda_generic'):
-    t = {(x['m'], x['n'], x['k']): x['median_us'] for x in r if x['backend'] == be}
-    ks = [k for k in t if k in lt]
-    slow = sorted(k for k in ks if t[k] > lt[k])
-    print("%-12s vs cublaslt %.3fx over %d cells, slower in %d: %s" % (be, g([lt[k] / t[k] for k in ks]), len(ks), len(slow), " ".join("%dx%dx%d %.2f/%.2f" % (k + (t[k], lt[k])) for k in slow)))
-h = {(x['m'], x['n'], x['k']): x for x in r if x['backend'] == 'hopper'}
-k = (4096, 7168, 16384); print("4096x7168x16384 hopper %.1f us %.0f TFLOP/s, cublaslt %.1f us" % (h[k]['median_us'], h[k]['tflops'], lt[k]))
-for k in sorted(h):
-    if k[0] <= 128 and k[1] * k[2] >= 32e6: print("  decode M=%d %dx%d: %.2f TB/s (%.1f us)" % (k + (h[k]['gbs'] / 1000, h[k]['median_us'])))
-print("smallest hopper cell: %.2f us" % min(x['median_us'] for x in h.values()))
-PY
+python3 bench/ab/table.py $OUT/bench.json
 grep -E "step|batch" $OUT/model.log | head -8
 E=$(( $(date +%s)-S )); if [ $E -lt 420 ]; then
 SH=32768x512,36864x7168
