@@ -469,6 +469,15 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 16, 330, 6144, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 72, 520, 3584, BFP8_SCALE_FP32, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     small_case(b, 128, 256, 8192, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+    /* Swapped plans with row slices (Plan::slice_rows; gpu-check also runs the suite with BFP8_HOPPER_SLICES=0),
+     * on 132 SMs, the slices before the whole tiles: 4 slices of 32 rows, the last cut by N to 8; 79 slices of 64,
+     * the second warpgroup's rows all outside every slice, the last slice 8 rows; the 16-token tile at M = 12 (the
+     * normal path would split its last wave's K) with N % 4 != 0, 98 slices of 32, the last 2 rows; fewer tiles
+     * than SMs and long K: 79 slices of 64 and no whole tile. test_golden_plans pins the plans. */
+    small_case(b, 3, 17000, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 8, 21896, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
+    small_case(b, 12, 20002, 4096, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_BF16);
+    small_case(b, 2, 5000, 8192, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F16);
 }
 
 /* Clusters of 2..8 CTAs that fit at once on the H200 with the CSPLIT kernels (BFP8_LOG=hopper prints them). */
@@ -544,22 +553,30 @@ static void describe_on_h200(int64_t m, int64_t n, int64_t k, int sms, char *out
 
 static void test_golden_plans(void) {
     if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS") ||
-        getenv("BFP8_HOPPER_CLUSTER") || getenv("BFP8_HOPPER_CSPLIT")) {
+        getenv("BFP8_HOPPER_CLUSTER") || getenv("BFP8_HOPPER_CSPLIT") || getenv("BFP8_HOPPER_SLICES")) {
         printf("golden plans: skipped (a plan is forced by the environment)\n");
         return;
     }
     static const plan_case cases[] = {
         /* M = 1 and 8: swapped (split counts swept in v6); M = 16 and 32: the normal path (v9) */
         {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "normal BQ=64 splits=1 "},
-        {32, 7168, 2048, "normal BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=2 "},
+        {32, 7168, 2048, "normal BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=1 "},
         {16, 7168, 16384, "normal BQ=64 splits=1 "}, {32, 7168, 16384, "normal BQ=64 splits=1 "},
-        {1, 7168, 18432, "swapped BQ=8 splits=2 "},   {16, 7168, 18432, "normal BQ=64 splits=1 "},
+        {1, 7168, 18432, "swapped BQ=8 splits=1 "},   {16, 7168, 18432, "normal BQ=64 splits=1 "},
         {32, 7168, 18432, "normal BQ=64 splits=1 "}, {1, 2112, 7168, "swapped BQ=8 splits=4 "},
         {16, 2112, 7168, "normal BQ=64 splits=4 "},  {32, 2112, 7168, "normal BQ=64 splits=4 "},
         {1, 4096, 7168, "swapped BQ=8 splits=2 "},    {16, 4096, 7168, "normal BQ=64 splits=2 "},
         {32, 4096, 7168, "normal BQ=64 splits=2 "},
-        {8, 36864, 7168, "swapped BQ=8 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
-        {16, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        /* A last wave of swapped tiles in row slices (v19); at M = 16 the swapped path for them, where the normal
+         * path splits its last wave's K; 32768x512's slices would be whole tiles */
+        {8, 36864, 7168, "swapped BQ=8 splits=1 (K blocks per split 56) units=360 (whole 264; 96 row slices of 32 "
+                         "first) grid=132"},
+        {16, 36864, 7168, "swapped BQ=16 splits=1 (K blocks per split 56) units=360 (whole 264; 96 row slices of "
+                          "32 first) grid=132"},
+        {1, 24576, 1536, "swapped BQ=8 splits=1 (K blocks per split 12) units=252 (whole 132; 120 row slices of 64 "
+                         "first) grid=132"},
+        {1, 32768, 512, "swapped BQ=8 splits=1 (K blocks per split 4) units=256 (whole 0) grid=132"},
+        {16, 24576, 1536, "normal BQ=64 splits=1 (K blocks per split 12) units=384 (whole 0) grid=132"},
         /* M = 33..64: the normal path (v8, v9), the weight-tile width by the waves rule, split K where tiles are few */
         {33, 7168, 2048, "normal BQ=64 splits=1 "},   {64, 7168, 16384, "normal BQ=64 splits=1 "},
         {64, 2112, 7168, "normal BQ=64 splits=4 "},   {64, 4096, 7168, "normal BQ=64 splits=2 "},
@@ -592,7 +609,8 @@ static void test_golden_plans(void) {
     };
     /* With the H200's cluster counts: the split cells sum inside clusters, with the split count the model picks
      * for it (bench/hopper-notes.md, v18), which is one whose clusters all fit (2112x7168 at M = 16..128: 3 splits,
-     * as 33 clusters of 4 do not fit); unsplit cells and the last-wave splits (whole tiles) are as without clusters. */
+     * as 33 clusters of 4 do not fit); unsplit cells, row slices (7168x16384 and 7168x18432 at M <= 8 take them in
+     * place of a 2-way split, v19) and the last-wave splits (whole tiles) are as without clusters. */
     static const plan_case fit_cases[] = {
         {1, 2112, 7168, "swapped BQ=8 splits=4 (K blocks per split 14) units=68 (whole 0) grid=68 summed in clusters"},
         {16, 2112, 7168, "normal BQ=64 splits=3 (K blocks per split 19) units=99 (whole 0) grid=99 summed in clusters"},
@@ -604,16 +622,18 @@ static void test_golden_plans(void) {
                          "clusters"},
         {128, 4096, 7168, "normal BQ=64 splits=2 (K blocks per split 28) units=128 (whole 0) grid=128 summed in "
                           "clusters"},
-        {1, 7168, 16384, "swapped BQ=8 splits=2 (K blocks per split 64) units=112 (whole 0) grid=112 summed in "
-                         "clusters"},
-        {8, 7168, 18432, "swapped BQ=8 splits=2 (K blocks per split 72) units=112 (whole 0) grid=112 summed in "
-                         "clusters"},
+        {1, 7168, 16384, "swapped BQ=8 splits=1 (K blocks per split 128) units=112 (whole 0; 112 row slices of 64 "
+                         "first) grid=112"},
+        {8, 7168, 18432, "swapped BQ=8 splits=1 (K blocks per split 144) units=112 (whole 0; 112 row slices of 64 "
+                         "first) grid=112"},
         {1, 7168, 2048, "swapped BQ=8 splits=1 (K blocks per split 16) units=56 (whole 0) grid=56"},
         {16, 7168, 2048, "normal BQ=64 splits=1 (K blocks per split 16) units=112 (whole 0) grid=112"},
-        {8, 36864, 7168, "swapped BQ=8 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        {8, 36864, 7168, "swapped BQ=8 splits=1 (K blocks per split 56) units=360 (whole 264; 96 row slices of 32 "
+                         "first) grid=132"},
         {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
         {1, 32768, 512, "swapped BQ=8 splits=1 (K blocks per split 4) units=256 (whole 0) grid=132"},
-        {1, 24576, 1536, "swapped BQ=8 splits=1 (K blocks per split 12) units=192 (whole 0) grid=132"},
+        {1, 24576, 1536, "swapped BQ=8 splits=1 (K blocks per split 12) units=252 (whole 132; 120 row slices of 64 "
+                         "first) grid=132"},
     };
     check_plans(cases, sizeof cases / sizeof cases[0], bfp8_hopper_plan_describe, "plan");
     check_plans(fit_cases, sizeof fit_cases / sizeof fit_cases[0], describe_on_h200, "plan on the H200");
@@ -630,6 +650,17 @@ static void test_golden_plans(void) {
         {128, 256, 8192, "normal BQ=64 splits=8 (K blocks per split 8) units=32 (whole 0) grid=32 summed in clusters"},
     };
     check_plans(small_csplit, sizeof small_csplit / sizeof small_csplit[0], describe_on_h200, "small case on the H200");
+    static const plan_case small_slices[] = {
+        {3, 17000, 256, "swapped BQ=8 splits=1 (K blocks per split 2) units=136 (whole 132; 4 row slices of 32 "
+                        "first) grid=132"},
+        {8, 21896, 512, "swapped BQ=8 splits=1 (K blocks per split 4) units=211 (whole 132; 79 row slices of 64 "
+                        "first) grid=132"},
+        {2, 5000, 8192, "swapped BQ=8 splits=1 (K blocks per split 64) units=79 (whole 0; 79 row slices of 64 "
+                        "first) grid=79"},
+        {12, 20002, 4096, "swapped BQ=16 splits=1 (K blocks per split 32) units=230 (whole 132; 98 row slices of "
+                          "32 first) grid=132"},
+    };
+    check_plans(small_slices, sizeof small_slices / sizeof small_slices[0], describe_on_h200, "small case on the H200");
     check_plans(cluster_cases, sizeof cluster_cases / sizeof cluster_cases[0], bfp8_hopper_cluster_plan_describe,
                 "plan with clusters");
 }

@@ -25,15 +25,7 @@ grep -E "step|batch" $OUT/model.log | head -8
 E=$(( $(date +%s)-S )); if [ $E -lt 420 ]; then
 SH=32768x512,36864x7168
 (PYTHONUNBUFFERED=1 timeout $(( 540 - E )) python3 bench/triton_baseline.py --l2 dirty --m 1,16 --shapes $SH --json $OUT/triton-dirty.json > $OUT/triton.log 2>&1; echo "triton rc=$? $(( $(date +%s)-S ))s")
-python3 - $OUT <<'PY'
-import json, sys
-d = sys.argv[1]
-try: tr = {(x['m'], x['n'], x['k']): x['median_us'] for x in json.load(open(d + '/triton-dirty.json')) if x['backend'] == 'triton'}
-except Exception as e: tr = {}; print("no triton figures:", e)
-cg = {(x['m'], x['n'], x['k']): x['median_us'] for x in json.load(open(d + '/bench-dirty.json')) if x['backend'] == 'cuda_generic'}
-for k in sorted(tr):
-    print("  dirty M=%d %dx%d: cuda_generic %.2f  triton %.2f  %s" % (k + (cg.get(k, float('nan')), tr[k], "ok" if cg.get(k, 1e9) <= tr[k] else "SLOWER")))
-PY
+python3 bench/ab/dirty.py $OUT/triton-dirty.json "final=$OUT/bench-dirty.json"
 else echo "triton skipped (time)"; fi
 echo "done $(( $(date +%s)-S ))s"
 cd $OUT && tar czf c5.tgz *.log *.json && rm -f *.log *.json

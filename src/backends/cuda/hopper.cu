@@ -99,11 +99,18 @@ __host__ __device__ __forceinline__ int divide(int x, const Divisor &v) {
 
 struct HopperParams {
     int64_t m, n, k;
+    int p_rows; /* rows of the P operand: n swapped, m normal */
     int kblocks;
     int p_tiles, q_tiles, splits, kb_per_split, units;
     /* Units [0, whole_units) are tiles 0.. with the whole K range; the rest cover the remaining tiles split
      * `splits` ways (all tiles when whole_units = 0). The whole tiles cover a prefix of the output's columns. */
     int whole_units;
+    /* Swapped plans only: > 0 where the weight rows after the whole tiles are cut into row slices instead of
+     * split K (plan_tiling says why): units [0, units - whole_units) are the slices, then the whole tiles. Slice v
+     * takes rows [whole_units * kBP + v * slice_rows, + slice_rows) with the whole K range, loaded with the
+     * p_last map (whose box then has slice_rows rows, a power of two that divides kBP, so a slice lies inside one
+     * weight-scale block), and writes y: no partials, no reduce. */
+    int slice_rows;
     /* decode_unit's divisors, over the grid of tiles (of tile pairs with clusters): the split units' tiles (that
      * grid's size less whole_units), a rasterization group's units (kGroupP x its Q count) and the last group's P
      * rows (under kGroupP when its P count is not a multiple of it); full_groups groups have kGroupP rows. */
@@ -258,15 +265,29 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
 /* Unit u -> (P tile, Q tile, split) and its K-block range [kb0, kb1); partial: the unit writes fp32 partial sums
  * for the reduce kernel instead of y. Tiles are numbered so that groups of kGroupP P tiles sweep all Q tiles.
  * CLUSTER: units are numbered over the grid of tile pairs (p_tiles / pair_p x q_tiles / pair_q), both CTAs of a
- * cluster decode the same unit, and `rank` picks the CTA's tile of the pair. Host and device: the host checks
+ * cluster decode the same unit, and `rank` picks the CTA's tile of the pair. SLICES (the kernels that can run them):
+ * the first units are row slices where p.slice_rows says so. Host and device: the host checks
  * that the units cover every tile and split once (bfp8_hopper_check_units). */
 struct Unit {
     int pt, qt, split, kb0, kb1;
     bool partial;
+    int p0, p_end; /* the P rows [p0, p_end) it computes: its tile's (p_end: the matrix's rows), or its slice's */
+    bool p_cut;    /* its P box is the smaller one (maps.p_last): the last tile the matrix ends inside, or a slice */
 };
-template <bool CLUSTER> __host__ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u, int rank) {
+template <bool CLUSTER, bool SLICES>
+__host__ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u, int rank) {
     Unit w;
     int t;
+    if (SLICES && p.slice_rows) {
+        /* The slices first (units [0, units - whole_units)), then the whole tiles. */
+        const int slices = p.units - p.whole_units;
+        if (u >= slices) return decode_unit<CLUSTER, false>(p, u - slices, rank);
+        w.split = 0, w.kb0 = 0, w.kb1 = p.kblocks, w.partial = false, w.qt = 0, w.p_cut = true;
+        w.p0 = p.whole_units * kBP + u * p.slice_rows;
+        w.pt = w.p0 / kBP; /* the tile the slice lies in: its weight-scale row */
+        w.p_end = w.p0 + p.slice_rows < p.p_rows ? w.p0 + p.slice_rows : p.p_rows;
+        return w;
+    }
     if (u < p.whole_units) {
         t = u;
         w.split = 0, w.kb0 = 0, w.kb1 = p.kblocks, w.partial = false;
@@ -288,6 +309,8 @@ template <bool CLUSTER> __host__ __device__ __forceinline__ Unit decode_unit(con
         w.pt = w.pt * p.pair_p + (p.pair_p == 2 ? rank : 0);
         w.qt = w.qt * p.pair_q + (p.pair_q == 2 ? rank : 0);
     }
+    w.p0 = w.pt * kBP, w.p_end = p.p_rows;
+    w.p_cut = p.p_last_rows && w.pt == p.p_tiles - 1;
     return w;
 }
 
@@ -299,6 +322,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     static_assert(!CSPLIT || !CLUSTER, "splits summed in a cluster: not with 2-CTA clusters");
     using C = Config<BQ, SWAP>;
     constexpr int kStages = C::kStages;
+    constexpr bool kSlices = SWAP && !CSPLIT; /* the kernels that run row slices (HopperParams::slice_rows) */
     constexpr int kScaleRows = SWAP ? BQ : kBP; /* activation scales per K block of a tile */
     static_assert(128 % BQ == 0, "a tile's weight rows lie inside one 128-row weight block (one scale per K block)");
 
@@ -337,8 +361,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #define BFP8_U_END (CSPLIT ? (split_rank + 1) * p.tail_tiles.d : p.units)
 #define BFP8_U_STEP (CSPLIT ? (int)cluster_count_x() : (CLUSTER ? gridDim.x / 2 : gridDim.x))
     /* The producer's loads (thread 0, at entry and in the producer loop). A unit's boxes: the smaller one for a
-     * last tile that the matrix ends inside. */
-    auto p_last = [&](const Unit &unit) { return p.p_last_rows && unit.pt == p.p_tiles - 1; };
+     * last tile that the matrix ends inside, and for a row slice. */
+    auto p_last = [&](const Unit &unit) { return unit.p_cut; };
     auto q_last = [&](const Unit &unit) { return p.q_last_rows && unit.qt == p.q_tiles - 1; };
     /* The weight's loads carry the evict-first hint where it streams through once (the policy is made at each
      * load: one instruction, and no register kept live into the producer's 24). */
@@ -357,9 +381,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto load_p = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
         if (CLUSTER && p.pair_q == 2)
-            load_half(tile, kBP, unit.pt * kBP, full, kb);
+            load_half(tile, kBP, unit.p0, full, kb);
         else
-            load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.pt * kBP, full, SWAP);
+            load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.p0, full, SWAP);
     };
     auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
         if (CLUSTER && p.pair_p == 2)
@@ -385,7 +409,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto load_weight = [&](int st, const Unit &unit, int kb) { load_operand(true, st, unit, kb); };
     auto load_acts = [&](int st, const Unit &unit, int kb) {
         load_operand(false, st, unit, kb);
-        tma_load_2d(smem_u32(scales + st * (C::kScaleSlot / 4)), &maps.sa, SWAP ? unit.qt * BQ : unit.pt * kBP, kb,
+        tma_load_2d(smem_u32(scales + st * (C::kScaleSlot / 4)), &maps.sa, SWAP ? unit.qt * BQ : unit.p0, kb,
                     full0 + 8 * st);
     };
     unsigned long long *trace = kTraceBuild && p.trace ? p.trace + (size_t)blockIdx.x * kTraceSlots : nullptr;
@@ -417,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, 1)
          * loads into the other CTA wait for the cluster's barrier. */
         const int entry_max = min(kStages, p.entry_stages);
         if (!CLUSTER && entry_max > 0 && (CSPLIT ? BFP8_U_FIRST < BFP8_U_END : (int)blockIdx.x < p.units)) {
-            const Unit unit = decode_unit<CLUSTER>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
+            const Unit unit = decode_unit<CLUSTER, kSlices>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
             if (trace) trace[kTraceUnitDecoded] = global_ns();
             for (int kb = unit.kb0; kb < unit.kb1 && entry_issued < entry_max; kb++, entry_issued++) {
                 mbar_arrive_expect_tx(full0 + 8 * entry_issued, stage_bytes(unit));
@@ -464,7 +488,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             asm volatile("griddepcontrol.wait;\n" ::: "memory");
             if (trace) trace[kTraceDepWaited] = global_ns();
             if (p.dependent && entry_issued) {
-                const Unit unit = decode_unit<CLUSTER>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
+                const Unit unit = decode_unit<CLUSTER, kSlices>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
 #pragma unroll 1
                 for (int i = 0; i < entry_issued; i++) load_acts(i, unit, unit.kb0 + i);
                 if (trace) trace[kTraceFirstIssued] = global_ns();
@@ -473,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             int stage = entry_issued % kStages, issued = entry_issued, skip = entry_issued;
             uint32_t phase = entry_issued == kStages;
             for (int u = BFP8_U_FIRST; u < BFP8_U_END; u += BFP8_U_STEP) {
-                const Unit unit = decode_unit<CLUSTER>(p, u, rank);
+                const Unit unit = decode_unit<CLUSTER, kSlices>(p, u, rank);
                 for (int kb = unit.kb0 + skip; kb < unit.kb1; kb++, issued++) {
                     mbar_wait(empty0 + 8 * stage, phase ^ 1);
                     /* A refill writes half of the shared tile into the other CTA too; the first fill of each stage
@@ -616,10 +640,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
         int units_done = 0;
         for (int u = BFP8_U_FIRST; u < BFP8_U_END; u += BFP8_U_STEP) {
-            const Unit unit = decode_unit<CLUSTER>(p, u, rank);
+            const Unit unit = decode_unit<CLUSTER, kSlices>(p, u, rank);
             const int pt = unit.pt, qt = unit.qt, split = unit.split;
             const int kb0 = unit.kb0, kb1 = unit.kb1;
-            const int64_t p_base = (int64_t)pt * kBP + wg * 64; /* first P row of this warpgroup */
+            const int64_t p_base = (int64_t)unit.p0 + wg * 64; /* first P row of this warpgroup */
             const int64_t q_base = (int64_t)qt * BQ;
             const int weight_block = SWAP ? pt : (qt * BQ) / 128;
             const float *sb_row = p.sb + (int64_t)weight_block * p.kblocks;
@@ -895,10 +919,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                         if (mine[i]) put_chunk(row0 + c / kRowChunks, col0 + (c % kRowChunks) * 4, sum[i]);
                     }
                 } else {
+                    /* Swapped, the columns of y end where the unit's weight rows do (a row slice's end; p.n else). */
+                    const int64_t col_end = SWAP ? unit.p_end : p.n;
                     for (int idx = t; idx < kChunks; idx += 128) {
                         const int r = idx / kRowChunks, ch = idx % kRowChunks;
                         const int64_t row = row0 + r, col = col0 + ch * 4;
-                        if (row >= p.m || col >= p.n) continue;
+                        if (row >= p.m || col >= col_end) continue;
                         put_chunk(row, col, *(const float4 *)(sf + r * kPitchF + ch * 4));
                     }
                 }
@@ -1006,6 +1032,7 @@ struct Plan {
     int whole_units;    /* see HopperParams */
     int pair_p, pair_q; /* 2-CTA clusters (see HopperParams); units then count pairs of tiles */
     int csplit;         /* the splits summed inside clusters of this many CTAs (HopperParams::csplit); 0: reduce */
+    int slice_rows;     /* the rows after the whole tiles in slices of this many (plan_tiling); 0: none */
 };
 
 /* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (decode, long K,
@@ -1088,7 +1115,20 @@ bool csplit_disabled(void) {
     return off;
 }
 
-/* What the environment forces on the plan (the five variables above). The plan functions take it as an argument,
+/* BFP8_HOPPER_SLICES=0 never cuts a swapped plan's weight rows into row slices (Plan::slice_rows), =all does
+ * wherever they apply, also with fewer tiles than SMs where the heuristic would not; unset or anything else: the
+ * heuristic (plan_tiling). For tests and side-by-side measurement. Read once. */
+enum SlicesMode { kSlicesOff = 0, kSlicesHeuristic = 1, kSlicesAll = 2 };
+int slices_mode(void) {
+    static const int mode = [] {
+        const char *e = getenv("BFP8_HOPPER_SLICES");
+        if (e && e[0] == '0') return (int)kSlicesOff;
+        return e && strcmp(e, "all") == 0 ? (int)kSlicesAll : (int)kSlicesHeuristic;
+    }();
+    return mode;
+}
+
+/* What the environment forces on the plan (the six variables above). The plan functions take it as an argument,
  * so that the dispatcher's ranking (hopper_priority) follows the default heuristic whatever a test forces. */
 struct PlanKnobs {
     TileOverride tile;
@@ -1096,10 +1136,11 @@ struct PlanKnobs {
     int splits;      /* 0: the model decides */
     int cluster;     /* ClusterMode */
     bool csplit_off; /* never sum splits inside clusters */
+    int slices;      /* SlicesMode */
 };
-constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterOff, false};
+constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterOff, false, kSlicesHeuristic};
 PlanKnobs env_knobs(void) {
-    return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode(), csplit_disabled()};
+    return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode(), csplit_disabled(), slices_mode()};
 }
 
 /* The largest cluster that sums K splits (HopperParams::csplit): the portable cluster size. */
@@ -1239,6 +1280,34 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
             }
         }
     }
+    /* Row slices (swapped, one Q tile). Where the weight tiles leave a partial last wave (192 or 288 tiles on 132
+     * SMs), the full waves run whole tiles and the weight rows left are cut into slices, one per CTA, each with
+     * the whole K range, written straight to y: unlike the K split above no partials and no reduce kernel (that
+     * kernel and its boundary cost ~2.6 us, v11), unlike no split no CTAs streaming a whole tile alone at the end.
+     * The slices run first (decode_unit): a slice of R rows keeps only R x 128 bytes x 11-12 stages of weights in
+     * flight, so a wave of slices alone is latency-bound (run last, they made 36864x7168 2.6 us slower than the K
+     * split), but beside the whole tiles of the CTAs without one the stream stays saturated (v19: M = 1/8/16
+     * 36864x7168 73.7/72.0/72.2 -> 70.1/68.0/68.6 us). R is a power of two, so a slice lies inside one 128-row
+     * weight-scale block (one scale per K block, as for a tile), and at least 32. 36864x7168: 96 slices of 32 rows,
+     * then 264 whole tiles; 24576x1536: 120 of 64, then 132. With fewer tiles than SMs (no whole wave), slices
+     * instead of the K split where they are 64 rows and K is long: 7168x18432 at M = 1/8 (2-way split summed in
+     * clusters) 38.8/38.9 -> 37.4/36.9 us, 7168x16384 1% faster; slices of 32 rows (2112x7168, 4096x7168) took
+     * 16 us against 10-14, and 7168x2048 (16 K blocks) 3% longer at M = 1 (v19, BFP8_HOPPER_SLICES=all). */
+    if (pl.swap && pl.q_tiles == 1 && tiles % sms != 0 && !knobs.splits && knobs.hybrid != 1 &&
+        knobs.slices != kSlicesOff) {
+        const int64_t whole = tiles / sms * sms, left = p_rows - whole * kBP;
+        int rows = 32;
+        while ((int64_t)rows * sms < left) rows *= 2;
+        const bool few_tiles_pay = rows >= 64 && kblocks >= 64;
+        if (rows < kBP && (whole > 0 || few_tiles_pay || knobs.slices == kSlicesAll)) {
+            pl.slice_rows = rows;
+            pl.whole_units = (int)whole;
+            pl.splits = 1;
+            pl.kb_per_split = kblocks;
+            pl.csplit = 0;
+            units = whole + bfp8_ceil_div(left, rows);
+        }
+    }
     pl.units = (int)units;
     pl.grid = (int)(units < sms ? units : sms);
     pl.pair_p = pl.pair_q = 1;
@@ -1297,7 +1366,14 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, int sms, const ClusterFit &fit, 
     }
     const int64_t waves64 = bfp8_ceil_div(normal_tiles(m, n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(normal_tiles(m, n, 128), sms);
-    return normal(2 * waves64 <= 3 * waves128 ? 64 : 128);
+    const Plan nrm = normal(2 * waves64 <= 3 * waves128 ? 64 : 128);
+    /* M = 9..16 where the normal path splits its last wave's K (36864x7168): the swapped path with row slices
+     * there, which needs no reduce kernel after the GEMM. */
+    if (m <= 16 && nrm.whole_units && nrm.splits > 1) {
+        const Plan swapped = plan_tiling(true, 16, m, n, k, sms, fit, knobs);
+        if (swapped.slice_rows) return swapped;
+    }
+    return nrm;
 }
 
 /* Output columns [0, whole_columns) come from whole tiles only (see the last-wave split in plan_tiling). */
@@ -1308,9 +1384,12 @@ int64_t whole_columns(const Plan &pl) {
 /* One line naming a plan: path, tile, K split, units, grid and clusters (BFP8_LOG=hopper, and the tests' golden
  * plans). */
 void describe_plan(const Plan &pl, char *out, size_t size) {
-    snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d) grid=%d%s%s",
-             pl.swap ? "swapped" : "normal", pl.bq, pl.splits, pl.kb_per_split, pl.units, pl.whole_units, pl.grid,
-             pl.pair_q == 2 ? " clusters of 2 sharing P" : pl.pair_p == 2 ? " clusters of 2 sharing Q" : "",
+    char slices[48] = "";
+    if (pl.slice_rows)
+        snprintf(slices, sizeof slices, "; %d row slices of %d first", pl.units - pl.whole_units, pl.slice_rows);
+    snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d%s) grid=%d%s%s",
+             pl.swap ? "swapped" : "normal", pl.bq, pl.splits, pl.kb_per_split, pl.units, pl.whole_units, slices,
+             pl.grid, pl.pair_q == 2 ? " clusters of 2 sharing P" : pl.pair_p == 2 ? " clusters of 2 sharing Q" : "",
              pl.csplit ? " summed in clusters" : "");
 }
 
@@ -1673,14 +1752,17 @@ Divisor make_divisor(int d) {
     return {d, (uint32_t)(((1ull << shift) + (uint64_t)d - 1) / (uint64_t)d), shift};
 }
 
-/* The plan's unit grid in the kernel's parameters: counts and decode_unit's divisors. */
-void set_unit_grid(HopperParams &hp, const Plan &pl, int kblocks) {
+/* The plan's unit grid in the kernel's parameters: counts and decode_unit's divisors (p_rows: rows of the P
+ * operand). */
+void set_unit_grid(HopperParams &hp, const Plan &pl, int kblocks, int64_t p_rows) {
+    hp.p_rows = (int)p_rows;
     hp.kblocks = kblocks;
     hp.p_tiles = pl.p_tiles;
     hp.q_tiles = pl.q_tiles;
     hp.splits = pl.splits;
     hp.kb_per_split = pl.kb_per_split;
     hp.whole_units = pl.whole_units;
+    hp.slice_rows = pl.slice_rows;
     hp.units = pl.units;
     hp.pair_p = pl.pair_p;
     hp.pair_q = pl.pair_q;
@@ -1744,10 +1826,12 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     BFP8_TRY(encode_map(&maps.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK, (uint32_t)pl.bq, true,
                         "Q"));
     /* The last tile's rows, in whole 8-row swizzle groups: a smaller box when the matrix ends inside the tile. */
-    const int p_last_rows = last_box_rows(p_rows, kBP), q_last_rows = last_box_rows(q_rows, pl.bq);
+    /* A plan with row slices loads them with that map: its whole tiles never include the last one. */
+    const int p_last_rows = pl.slice_rows ? pl.slice_rows : last_box_rows(p_rows, kBP);
+    const int q_last_rows = last_box_rows(q_rows, pl.bq);
     if (p_last_rows)
         BFP8_TRY(encode_map(&maps.p_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK,
-                            (uint32_t)p_last_rows, true, "P (last tile)"));
+                            (uint32_t)p_last_rows, true, pl.slice_rows ? "P (row slice)" : "P (last tile)"));
     if (q_last_rows)
         BFP8_TRY(encode_map(&maps.q_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK,
                             (uint32_t)q_last_rows, true, "Q (last tile)"));
@@ -1758,7 +1842,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.m = m;
     hp.n = n;
     hp.k = k;
-    set_unit_grid(hp, pl, (int)kblocks);
+    set_unit_grid(hp, pl, (int)kblocks, p_rows);
     hp.sb = (const float *)args->b_scales.data;
     hp.bias = args->bias;
     hp.bias_dtype = args->bias ? (int)args->bias_dtype : -1;
@@ -1904,23 +1988,49 @@ const bfp8_backend kHopperBackend = {
 
 /* Host check of a plan's unit grid: decode_unit (with the launch's divisors) against the same decode by plain
  * division, and every (tile, K block) covered by exactly one unit, the partial units exactly those whose columns
- * the split-K reduce sums. */
-bool check_units(const Plan &pl, int64_t k, char *why, size_t why_size) {
+ * the split-K reduce sums; with row slices (the first units), every P row after the whole tiles in exactly one
+ * slice with the whole K range, each slice inside one 128-row weight-scale block. */
+bool check_units(const Plan &pl, int64_t m, int64_t n, int64_t k, char *why, size_t why_size) {
     HopperParams hp = {};
-    set_unit_grid(hp, pl, (int)bfp8_ceil_div(k, kBK));
+    const int64_t p_rows = pl.swap ? n : m;
+    set_unit_grid(hp, pl, (int)bfp8_ceil_div(k, kBK), p_rows);
     const bool clusters = pl.pair_p * pl.pair_q == 2;
     const int p_count = pl.p_tiles / pl.pair_p, q_count = pl.q_tiles / pl.pair_q, kblocks = hp.kblocks;
     const int64_t whole_cols = whole_columns(pl);
     const size_t cells = (size_t)pl.p_tiles * pl.q_tiles * kblocks;
     unsigned char *covered = (unsigned char *)calloc(cells, 1);
-    if (!covered) {
-        snprintf(why, why_size, "out of host memory (%zu bytes)", cells);
+    unsigned char *rows_sliced = (unsigned char *)calloc((size_t)p_rows, 1); /* per P row: slices that cover it */
+    if (!covered || !rows_sliced) {
+        free(covered), free(rows_sliced);
+        snprintf(why, why_size, "out of host memory (%zu bytes)", cells + (size_t)p_rows);
         return false;
     }
     bool ok = true;
-    for (int u = 0; ok && u < pl.units; u++) {
+    if (pl.slice_rows && (!pl.swap || pl.q_tiles != 1 || clusters || pl.splits != 1 || kBP % pl.slice_rows != 0)) {
+        snprintf(why, why_size, "row slices of %d in a plan they do not apply to", pl.slice_rows);
+        ok = false;
+    }
+    const int slices = pl.slice_rows ? pl.units - pl.whole_units : 0; /* units [0, slices), then the whole tiles */
+    for (int unit = 0; ok && unit < pl.units; unit++) {
+        if (unit < slices) {
+            const int u = unit;
+            const Unit w = decode_unit<false, true>(hp, u, 0);
+            const int64_t p0 = (int64_t)pl.whole_units * kBP + (int64_t)u * pl.slice_rows;
+            const int64_t p_end = p0 + pl.slice_rows < p_rows ? p0 + pl.slice_rows : p_rows;
+            if (p0 >= p_rows || w.p0 != p0 || w.p_end != p_end || w.pt != p0 / kBP || w.qt != 0 || w.kb0 != 0 ||
+                w.kb1 != kblocks || w.partial || !w.p_cut || p0 % kBP + pl.slice_rows > kBP) {
+                snprintf(why, why_size, "unit %d: slice rows [%d, %d) P %d Q %d K blocks [%d, %d)%s, want rows [%lld, "
+                         "%lld) of %lld inside one 128-row block", u, w.p0, w.p_end, w.pt, w.qt, w.kb0, w.kb1,
+                         w.p_cut ? "" : " (full box)", (long long)p0, (long long)p_end, (long long)p_rows);
+                ok = false;
+            }
+            for (int64_t r = p0; ok && r < p_end; r++) rows_sliced[r] = rows_sliced[r] < 2 ? rows_sliced[r] + 1 : 2;
+            continue;
+        }
+        const int u = unit - slices; /* the whole tiles' (and K splits') numbering */
         for (int rank = 0; rank < (clusters ? 2 : 1); rank++) {
-            const Unit w = clusters ? decode_unit<true>(hp, u, rank) : decode_unit<false>(hp, u, rank);
+            const Unit w =
+                clusters ? decode_unit<true, false>(hp, unit, rank) : decode_unit<false, true>(hp, unit, rank);
             /* The reference: plain division. */
             const bool whole = u < pl.whole_units;
             const int tail = p_count * q_count - pl.whole_units, v = u - pl.whole_units;
@@ -1936,6 +2046,12 @@ bool check_units(const Plan &pl, int64_t k, char *why, size_t why_size) {
                 w.partial != (!whole && pl.splits > 1)) {
                 snprintf(why, why_size, "unit %d rank %d: decoded P %d Q %d split %d K blocks [%d, %d), want P %d Q %d "
                          "split %d [%d, %d)", u, rank, w.pt, w.qt, w.split, w.kb0, w.kb1, pt, qt, split, kb0, kb1);
+                ok = false;
+                break;
+            }
+            if (w.p0 != pt * kBP || w.p_end != p_rows || w.p_cut) {
+                snprintf(why, why_size, "unit %d: tile rows [%d, %d)%s, want [%d, %lld) with the full box", u, w.p0,
+                         w.p_end, w.p_cut ? " (cut box)" : "", pt * kBP, (long long)p_rows);
                 ok = false;
                 break;
             }
@@ -1958,6 +2074,16 @@ bool check_units(const Plan &pl, int64_t k, char *why, size_t why_size) {
             }
         }
     }
+    /* The slices' rows, then their tiles' cells (one Q tile), as computed once. */
+    for (int64_t r = (int64_t)pl.whole_units * kBP; ok && pl.slice_rows && r < p_rows; r++) {
+        if (rows_sliced[r] != 1) {
+            snprintf(why, why_size, "P row %lld in %s", (long long)r,
+                     rows_sliced[r] ? "more than one slice" : "no slice");
+            ok = false;
+        }
+    }
+    for (size_t i = (size_t)pl.whole_units * kblocks; ok && pl.slice_rows && i < cells; i++)
+        covered[i] = covered[i] ? 2 : 1;
     for (size_t i = 0; ok && i < cells; i++) {
         if (covered[i] != 1) {
             snprintf(why, why_size, "P tile %zu Q tile %zu K block %zu computed %s", i / kblocks / pl.q_tiles,
@@ -1965,7 +2091,7 @@ bool check_units(const Plan &pl, int64_t k, char *why, size_t why_size) {
             ok = false;
         }
     }
-    free(covered);
+    free(covered), free(rows_sliced);
     return ok;
 }
 
@@ -2008,7 +2134,7 @@ extern "C" bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms
                                         size_t why_size) {
     PlanKnobs knobs = env_knobs();
     if (clusters) knobs.cluster = kClusterAny;
-    return check_units(make_plan(m, n, k, sms, kNoClusterFit, knobs), k, why, why_size);
+    return check_units(make_plan(m, n, k, sms, kNoClusterFit, knobs), m, n, k, why, why_size);
 }
 
 extern "C" void bfp8_hopper_cluster_plan_describe(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
