@@ -1290,15 +1290,18 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
      * 36864x7168 73.7/72.0/72.2 -> 70.1/68.0/68.6 us). R is a power of two, so a slice lies inside one 128-row
      * weight-scale block (one scale per K block, as for a tile), and at least 32. 36864x7168: 96 slices of 32 rows,
      * then 264 whole tiles; 24576x1536: 120 of 64, then 132. With fewer tiles than SMs (no whole wave), slices
-     * instead of the K split where they are 64 rows and K is long: 7168x18432 at M = 1/8 (2-way split summed in
-     * clusters) 38.8/38.9 -> 37.4/36.9 us, 7168x16384 1% faster; slices of 32 rows (2112x7168, 4096x7168) took
-     * 16 us against 10-14, and 7168x2048 (16 K blocks) 3% longer at M = 1 (v19, BFP8_HOPPER_SLICES=all). */
+     * instead of the K split where they are 64 rows, K is long and they keep >= 10 MB in flight: 7168x18432 at
+     * M = 1/8 (a 2-way split summed in clusters) 39.5/39.0 -> 37.3/37.4 us, 7168x16384 35.6/35.8 -> 33.5/33.5
+     * (112 slices: 10.7 MB). Not there: 4096x7168 (64 slices of 64 rows, 6 MB) 13.7 -> 16.0, with 32-row slices
+     * 2112x7168 10.3 -> 16.1; 7168x2048 (16 K blocks) 3% slower at M = 1 (v19, BFP8_HOPPER_SLICES=all). */
     if (pl.swap && pl.q_tiles == 1 && tiles % sms != 0 && !knobs.splits && knobs.hybrid != 1 &&
         knobs.slices != kSlicesOff) {
         const int64_t whole = tiles / sms * sms, left = p_rows - whole * kBP;
         int rows = 32;
         while ((int64_t)rows * sms < left) rows *= 2;
-        const bool few_tiles_pay = rows >= 64 && kblocks >= 64;
+        /* Fewer tiles than SMs: a wave of slices alone, which pays only where the slices keep enough bytes in
+         * flight (~12 stages of R x 128 bytes each: rows_left x 1.5 KB over the chip) and K is long. */
+        const bool few_tiles_pay = rows >= 64 && kblocks >= 64 && (double)left * kBK * 12 >= 10e6;
         if (rows < kBP && (whole > 0 || few_tiles_pay || knobs.slices == kSlicesAll)) {
             pl.slice_rows = rows;
             pl.whole_units = (int)whole;
