@@ -54,14 +54,15 @@ step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/
 # several 16-token Q tiles), the staged epilogue in place of the TMA store, last tiles loaded with the whole box
 # (rows past the matrix zero-filled by TMA) instead of a smaller one, and the opt-in 2-CTA cluster kernels (sharing
 # the activation tile where M % 128 == 0, else the weight tile: the test shapes reach both), and every load left to
-# the producer loop, one stage at entry, or every free stage (instead of 4; in GEMM and linear calls alike), and
-# the reduce kernel where a plan's K splits would be summed inside clusters. Commas
-# join one variant's variables. Each full run takes ~45 s on the H200 (~30 s with --small), ~8 minutes in all; the other
-# steps take ~7.5, so on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in a call of its own.
-hopper_variants="BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_SLICES=0 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
+# the producer loop, one stage at entry, or every free stage (instead of 4; in GEMM and linear calls alike), the
+# reduce kernel where a plan's K splits would be summed inside clusters, and no row slices (the plans before v19).
+# Commas join one variant's variables. Each full run takes ~45 s on the H200 (~30-40 s with --small), ~10 minutes in
+# all; the other steps take ~7.5, so on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in calls of
+# their own, with GPU_CHECK_VARIANTS="..." naming a part of the list in each.
+hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_SLICES=0 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
     BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_EDGE_BOX=0
     BFP8_HOPPER_CLUSTER=1 BFP8_HOPPER_ENTRY_STAGES=0 BFP8_HOPPER_ENTRY_STAGES=1
-    BFP8_HOPPER_ENTRY_STAGES=12 BFP8_HOPPER_CSPLIT=0"
+    BFP8_HOPPER_ENTRY_STAGES=12 BFP8_HOPPER_CSPLIT=0"}
 variants() {
     local v rc=0
     for v in $hopper_variants; do

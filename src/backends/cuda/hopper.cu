@@ -5,9 +5,9 @@
  * The kernel computes a 128 x BQ tile of a product P * Q^T where P and Q are both K-major e4m3 matrices:
  *  - normal: P = A (activations, 128 rows a tile), Q = B (weights, BQ = 64 or 128 rows a tile: the narrower
  *    tile doubles the tiles to spread over the SMs when there are few);
- *  - swapped (decode, M <= 8; up to 128 when forced): P = B (weights) and Q = A (tokens, BQ = M rounded up to
- *    8..128), so the weight rows fill wgmma's M dimension and a one-token GEMM does not waste 63/64 of every
- *    instruction.
+ *  - swapped (decode, M <= 8, M <= 16 where it gives row slices; up to 128 when forced): P = B (weights) and
+ *    Q = A (tokens, BQ = M rounded up to 8..128), so the weight rows fill wgmma's M dimension and a one-token GEMM
+ *    does not waste 63/64 of every instruction.
  * Either way a tile's weight rows (128 of them swapped, 64 or 128 aligned ones normal) lie inside one 128-row
  * weight block: every tile needs one weight scale per K block.
  *
@@ -31,10 +31,11 @@
  * every tile's splits fit in one cluster of up to 8 CTAs on the device at once (swapped with 8-token tiles, or
  * normal with 64-wide weight tiles and one activation tile), they run instead in the CTAs of one cluster, which
  * sum them over distributed shared memory after a cluster barrier (HopperParams::csplit: no workspace, no second
- * kernel); the plan's time model weighs both. K beyond
- * the matrix is zero-filled by TMA, so a partial last K block is exact; a last tile that the matrix ends inside is
- * loaded with a box cut to the rows that exist (in 8-row groups), and the stale rows past it feed only outputs
- * that are not stored.
+ * kernel); the plan's time model weighs both. On the swapped path the weight rows of a partial last wave (192 or
+ * 288 tiles on 132 SMs) run instead as row slices of 32 or 64 rows with the whole K, before the whole tiles, and
+ * need no sum at all (HopperParams::slice_rows). K beyond the matrix is zero-filled by TMA, so a partial last K
+ * block is exact; a last tile that the matrix ends inside is loaded with a box cut to the rows that exist (in
+ * 8-row groups), and the stale rows past it feed only outputs that are not stored.
  * Thread 0 issues the first stages of its CTA's first unit as soon as the barriers exist, before the CTA's barrier
  * (not in the CLUSTER kernels). Inside bfp8_linear the kernel is launched as a programmatic dependent of the
  * activation quantization: those early loads are the first stages' weight tiles only, and the producer waits
@@ -103,7 +104,8 @@ struct HopperParams {
     int kblocks;
     int p_tiles, q_tiles, splits, kb_per_split, units;
     /* Units [0, whole_units) are tiles 0.. with the whole K range; the rest cover the remaining tiles split
-     * `splits` ways (all tiles when whole_units = 0). The whole tiles cover a prefix of the output's columns. */
+     * `splits` ways (all tiles when whole_units = 0). The whole tiles cover a prefix of the output's columns. With
+     * row slices (below) the slices come first and the whole tiles are the last whole_units units. */
     int whole_units;
     /* Swapped plans only: > 0 where the weight rows after the whole tiles are cut into row slices instead of
      * split K (plan_tiling says why): units [0, units - whole_units) are the slices, then the whole tiles. Slice v
@@ -136,10 +138,10 @@ struct HopperParams {
      * kernels (nothing at entry). */
     int entry_stages;
     /* Rows of the box that loads the last P (Q) tile when the matrix ends inside it (a multiple of 8, under kBP
-     * (BQ)); 0: the whole box. TMA zero-fills rows past the matrix, but not for free: a 128-row activation box
-     * with 127 rows past M=129 made every K block ~60% slower (bench/hopper-notes.md, v7). The shared-memory rows
-     * past the smaller box keep stale bytes; they feed only accumulator rows (columns, swapped) that lie outside
-     * the output and are never stored. */
+     * (BQ)), or (P, in a plan with row slices) a slice: p_box_rows; 0: the whole box. TMA zero-fills rows past
+     * the matrix, but not for free: a 128-row activation box with 127 rows past M=129 made every K block ~60%
+     * slower (bench/hopper-notes.md, v7). The shared-memory rows past the smaller box keep stale bytes; they feed
+     * only accumulator rows (columns, swapped) that lie outside the output (the slice) and are never stored. */
     int p_last_rows, q_last_rows;
     /* Normal path with M <= 64: the one P tile's second 64 rows lie past M, so its warpgroup would only take
      * tensor-core time from the first with MMAs on rows never stored. It exits at once, and the empty barriers count
@@ -200,7 +202,8 @@ constexpr int kTraceSlots = kTraceUnits0 + 2 * kTraceUnits;
 /* The kernel's TMA descriptors, one kernel parameter (__grid_constant__: TMA reads them from parameter space). */
 struct TensorMaps {
     CUtensorMap p, q;           /* the P and Q operands, 128 x kBP and 128 x BQ boxes */
-    CUtensorMap p_last, q_last; /* the same with p_last_rows / q_last_rows rows (unused when those are 0) */
+    CUtensorMap p_last, q_last; /* the same with p_last_rows / q_last_rows rows (unused when those are 0): the last
+                                 * tile's box, or a row slice's (p_last) */
     CUtensorMap sa;             /* activation scales, one K block of a tile's rows */
     CUtensorMap y;              /* the output for the TMA-store epilogue (unused unless y_tma) */
 };
@@ -362,7 +365,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #define BFP8_U_STEP (CSPLIT ? (int)cluster_count_x() : (CLUSTER ? gridDim.x / 2 : gridDim.x))
     /* The producer's loads (thread 0, at entry and in the producer loop). A unit's boxes: the smaller one for a
      * last tile that the matrix ends inside, and for a row slice. */
-    auto p_last = [&](const Unit &unit) { return unit.p_cut; };
     auto q_last = [&](const Unit &unit) { return p.q_last_rows && unit.qt == p.q_tiles - 1; };
     /* The weight's loads carry the evict-first hint where it streams through once (the policy is made at each
      * load: one instruction, and no register kept live into the producer's 24). */
@@ -383,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (CLUSTER && p.pair_q == 2)
             load_half(tile, kBP, unit.p0, full, kb);
         else
-            load(tile, p_last(unit) ? &maps.p_last : &maps.p, kb * kBK, unit.p0, full, SWAP);
+            load(tile, unit.p_cut ? &maps.p_last : &maps.p, kb * kBK, unit.p0, full, SWAP);
     };
     auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
         if (CLUSTER && p.pair_p == 2)
@@ -394,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     /* Bytes that complete one of the unit's stages (boxes count whole, zero-filled rows included). */
     auto stage_bytes = [&](const Unit &unit) {
-        const int p_rows = p_last(unit) ? p.p_last_rows : kBP, q_rows = q_last(unit) ? p.q_last_rows : BQ;
+        const int p_rows = unit.p_cut ? p.p_last_rows : kBP, q_rows = q_last(unit) ? p.q_last_rows : BQ;
         return (uint32_t)((p_rows + q_rows) * kBK + kScaleRows * 4);
     };
     /* Stage st's box of the weight (P when swapped, Q otherwise) or of the activations; the activations' scales
@@ -1036,7 +1038,9 @@ struct Plan {
 };
 
 /* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (decode, long K,
- * tiles > SMs; for tests and side-by-side measurement); unset: the time model decides. Read once. */
+ * tiles > SMs; for tests and side-by-side measurement), and then no plan takes row slices; unset: the time model
+ * decides. Read once. With =0, M = 9..16 also stays on the normal path (make_plan takes the swapped path with row
+ * slices only in place of a normal plan's last-wave split). */
 int hybrid_mode(void) {
     static const int mode = [] {
         const char *e = getenv("BFP8_HOPPER_HYBRID");
@@ -1292,15 +1296,17 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
      * then 264 whole tiles; 24576x1536: 120 of 64, then 132. With fewer tiles than SMs (no whole wave), slices
      * instead of the K split where they are 64 rows, K is long and they keep >= 10 MB in flight: 7168x18432 at
      * M = 1/8 (a 2-way split summed in clusters) 39.5/39.0 -> 37.3/37.4 us, 7168x16384 35.6/35.8 -> 33.5/33.5
-     * (112 slices: 10.7 MB). Not there: 4096x7168 (64 slices of 64 rows, 6 MB) 13.7 -> 16.0, with 32-row slices
-     * 2112x7168 10.3 -> 16.1; 7168x2048 (16 K blocks) 3% slower at M = 1 (v19, BFP8_HOPPER_SLICES=all). */
+     * (112 slices: 11 MB). Not there: 4096x7168 with 64-row slices (64 of them, 6.3 MB; v19 call 5) 13.7 -> 16.0,
+     * with 32-row slices 2112x7168 10.3 -> 16.1 and 4096x7168 13.7 -> 16.5; 7168x2048 (16 K blocks) 3% slower at
+     * M = 1 (v19 call 3, BFP8_HOPPER_SLICES=all). */
     if (pl.swap && pl.q_tiles == 1 && tiles % sms != 0 && !knobs.splits && knobs.hybrid != 1 &&
         knobs.slices != kSlicesOff) {
         const int64_t whole = tiles / sms * sms, left = p_rows - whole * kBP;
         int rows = 32;
         while ((int64_t)rows * sms < left) rows *= 2;
         /* Fewer tiles than SMs: a wave of slices alone, which pays only where the slices keep enough bytes in
-         * flight (~12 stages of R x 128 bytes each: rows_left x 1.5 KB over the chip) and K is long. */
+         * flight (the 8-token kernel's 12 stages of R x 128 bytes each: rows_left x 1.5 KB over the chip) and K is
+         * long. */
         const bool few_tiles_pay = rows >= 64 && kblocks >= 64 && (double)left * kBK * 12 >= 10e6;
         if (rows < kBP && (whole > 0 || few_tiles_pay || knobs.slices == kSlicesAll)) {
             pl.slice_rows = rows;
@@ -1347,6 +1353,8 @@ int64_t normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP
  *    shapes, at M = 17, 24 and 32 by 3-14% on seven and 1-3% on 36864x7168, at M = 40..64 by up to 25%; at M = 8
  *    it wins on five shapes and loses on three (2112x7168, 32768x512, 7168x2048 by 2-8%); at M = 1 it loses on
  *    most (v9);
+ *  - M = 9..16 where the normal path would split its last wave's K (36864x7168): swapped with a 16-token Q tile
+ *    and row slices (plan_tiling; v19: 72.2 -> 68.6 us at M=16);
  *  - otherwise the normal path, 64-wide weight tiles when their waves cost no more than the 128-wide tiles' waves:
  *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
@@ -1586,6 +1594,10 @@ int last_box_rows(int64_t rows, int tile) {
     return box < tile && edge_box_enabled() ? box : 0;
 }
 
+/* Rows of the smaller P box (HopperParams::p_last_rows): a plan's row slices, whose whole tiles never include the
+ * last one, else the last tile's cut box. */
+int p_box_rows(const Plan &pl, int64_t p_rows) { return pl.slice_rows ? pl.slice_rows : last_box_rows(p_rows, kBP); }
+
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* BFP8_HOPPER_EVICT_FIRST=0 loads a weight that streams through once without the L2 evict-first hint
@@ -1759,6 +1771,7 @@ Divisor make_divisor(int d) {
  * operand). */
 void set_unit_grid(HopperParams &hp, const Plan &pl, int kblocks, int64_t p_rows) {
     hp.p_rows = (int)p_rows;
+    hp.p_last_rows = p_box_rows(pl, p_rows);
     hp.kblocks = kblocks;
     hp.p_tiles = pl.p_tiles;
     hp.q_tiles = pl.q_tiles;
@@ -1829,8 +1842,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     BFP8_TRY(encode_map(&maps.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK, (uint32_t)pl.bq, true,
                         "Q"));
     /* The last tile's rows, in whole 8-row swizzle groups: a smaller box when the matrix ends inside the tile. */
-    /* A plan with row slices loads them with that map: its whole tiles never include the last one. */
-    const int p_last_rows = pl.slice_rows ? pl.slice_rows : last_box_rows(p_rows, kBP);
+    const int p_last_rows = p_box_rows(pl, p_rows);
     const int q_last_rows = last_box_rows(q_rows, pl.bq);
     if (p_last_rows)
         BFP8_TRY(encode_map(&maps.p_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK,
@@ -1853,8 +1865,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.y_dtype = (int)args->y_dtype;
     hp.dependent = bfp8_act_from_prior_kernel() && early_weights_enabled();
     hp.entry_stages = entry_stages_setting();
-    hp.p_last_rows = p_last_rows;
-    hp.q_last_rows = q_last_rows;
+    hp.q_last_rows = q_last_rows; /* p_last_rows: set_unit_grid */
     hp.one_consumer = !pl.swap && m <= 64;
     hp.csplit = pl.csplit;
     hp.weight_evict_first = activation_tiles(pl) == 1 && evict_first_enabled();
@@ -1933,7 +1944,8 @@ bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
 }
 
 /* Where `hopper` is measured faster than cuBLASLt (bench/RESULTS.md, latest same-run tables): every M <= 64 cell
- * (swapped at M <= 8, the normal path with one consumer warpgroup at M = 9..64); above M = 64, with K <= 7168, where
+ * (swapped at M <= 8 and where M <= 16 gives row slices, else the normal path with one consumer warpgroup at
+ * M = 9..64); above M = 64, with K <= 7168, where
  * the normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with N <= 7168, M=512 with
  * N=2112: few tiles, which cuBLASLt's fixed tiling leaves on idle SMs); M = 65..128 where the normal path splits only
  * its last wave's tiles (36864x7168 at M=128: 1.03x); M = 65..128 with K > 7168 (M=128 7168x16384 / 7168x18432:
@@ -2002,14 +2014,16 @@ bool check_units(const Plan &pl, int64_t m, int64_t n, int64_t k, char *why, siz
     const int64_t whole_cols = whole_columns(pl);
     const size_t cells = (size_t)pl.p_tiles * pl.q_tiles * kblocks;
     unsigned char *covered = (unsigned char *)calloc(cells, 1);
-    unsigned char *rows_sliced = (unsigned char *)calloc((size_t)p_rows, 1); /* per P row: slices that cover it */
-    if (!covered || !rows_sliced) {
+    /* per P row: the slices that cover it */
+    unsigned char *rows_sliced = pl.slice_rows ? (unsigned char *)calloc((size_t)p_rows, 1) : nullptr;
+    if (!covered || (pl.slice_rows && !rows_sliced)) {
         free(covered), free(rows_sliced);
         snprintf(why, why_size, "out of host memory (%zu bytes)", cells + (size_t)p_rows);
         return false;
     }
     bool ok = true;
-    if (pl.slice_rows && (!pl.swap || pl.q_tiles != 1 || clusters || pl.splits != 1 || kBP % pl.slice_rows != 0)) {
+    if (pl.slice_rows &&
+        (!pl.swap || pl.q_tiles != 1 || clusters || pl.csplit || pl.splits != 1 || kBP % pl.slice_rows != 0)) {
         snprintf(why, why_size, "row slices of %d in a plan they do not apply to", pl.slice_rows);
         ok = false;
     }
@@ -2048,25 +2062,29 @@ bool check_units(const Plan &pl, int64_t m, int64_t n, int64_t k, char *why, siz
             if (w.pt != pt || w.qt != qt || w.split != split || w.kb0 != kb0 || w.kb1 != kb1 ||
                 w.partial != (!whole && pl.splits > 1)) {
                 snprintf(why, why_size, "unit %d rank %d: decoded P %d Q %d split %d K blocks [%d, %d), want P %d Q %d "
-                         "split %d [%d, %d)", u, rank, w.pt, w.qt, w.split, w.kb0, w.kb1, pt, qt, split, kb0, kb1);
+                         "split %d [%d, %d)", unit, rank, w.pt, w.qt, w.split, w.kb0, w.kb1, pt, qt, split, kb0, kb1);
                 ok = false;
                 break;
             }
-            if (w.p0 != pt * kBP || w.p_end != p_rows || w.p_cut) {
-                snprintf(why, why_size, "unit %d: tile rows [%d, %d)%s, want [%d, %lld) with the full box", u, w.p0,
-                         w.p_end, w.p_cut ? " (cut box)" : "", pt * kBP, (long long)p_rows);
+            /* The cut box only for a last tile that the matrix ends inside; never for a whole tile beside slices
+             * (their box is the slices'). */
+            const bool want_cut = hp.p_last_rows && pt == pl.p_tiles - 1 && !pl.slice_rows;
+            if (w.p0 != pt * kBP || w.p_end != p_rows || w.p_cut != want_cut) {
+                snprintf(why, why_size, "unit %d: tile rows [%d, %d) with the %s box, want [%d, %lld) with the %s box",
+                         unit, w.p0, w.p_end, w.p_cut ? "cut" : "full", pt * kBP, (long long)p_rows,
+                         want_cut ? "cut" : "full");
                 ok = false;
                 break;
             }
             if (pt < 0 || pt >= pl.p_tiles || qt < 0 || qt >= pl.q_tiles || kb0 >= kb1) {
-                snprintf(why, why_size, "unit %d: P %d Q %d K blocks [%d, %d) outside %d x %d tiles, %d K blocks", u,
+                snprintf(why, why_size, "unit %d: P %d Q %d K blocks [%d, %d) outside %d x %d tiles, %d K blocks", unit,
                          pt, qt, kb0, kb1, pl.p_tiles, pl.q_tiles, kblocks);
                 ok = false;
                 break;
             }
             const int64_t col0 = pl.swap ? (int64_t)pt * kBP : (int64_t)qt * pl.bq;
             if (w.partial != (col0 >= whole_cols && pl.splits > 1)) {
-                snprintf(why, why_size, "unit %d: partial %d at column %lld, the reduce sums from column %lld", u,
+                snprintf(why, why_size, "unit %d: partial %d at column %lld, the reduce sums from column %lld", unit,
                          (int)w.partial, (long long)col0, (long long)whole_cols);
                 ok = false;
                 break;
