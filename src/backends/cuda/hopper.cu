@@ -1125,8 +1125,8 @@ bool csplit_disabled(void) {
 enum SlicesMode { kSlicesOff = 0, kSlicesHeuristic = 1, kSlicesAll = 2 };
 int slices_mode(void) {
     static const int mode = [] {
+        if (env_is_zero("BFP8_HOPPER_SLICES")) return (int)kSlicesOff;
         const char *e = getenv("BFP8_HOPPER_SLICES");
-        if (e && e[0] == '0') return (int)kSlicesOff;
         return e && strcmp(e, "all") == 0 ? (int)kSlicesAll : (int)kSlicesHeuristic;
     }();
     return mode;
@@ -1307,7 +1307,8 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
         /* Fewer tiles than SMs: a wave of slices alone, which pays only where the slices keep enough bytes in
          * flight (the 8-token kernel's 12 stages of R x 128 bytes each: rows_left x 1.5 KB over the chip) and K is
          * long. */
-        const bool few_tiles_pay = rows >= 64 && kblocks >= 64 && (double)left * kBK * 12 >= 10e6;
+        const double in_flight = (double)left * kBK * Config<8, true>::kStages;
+        const bool few_tiles_pay = rows >= 64 && kblocks >= 64 && in_flight >= 10e6;
         if (rows < kBP && (whole > 0 || few_tiles_pay || knobs.slices == kSlicesAll)) {
             pl.slice_rows = rows;
             pl.whole_units = (int)whole;
@@ -2030,14 +2031,13 @@ bool check_units(const Plan &pl, int64_t m, int64_t n, int64_t k, char *why, siz
     const int slices = pl.slice_rows ? pl.units - pl.whole_units : 0; /* units [0, slices), then the whole tiles */
     for (int unit = 0; ok && unit < pl.units; unit++) {
         if (unit < slices) {
-            const int u = unit;
-            const Unit w = decode_unit<false, true>(hp, u, 0);
-            const int64_t p0 = (int64_t)pl.whole_units * kBP + (int64_t)u * pl.slice_rows;
+            const Unit w = decode_unit<false, true>(hp, unit, 0);
+            const int64_t p0 = (int64_t)pl.whole_units * kBP + (int64_t)unit * pl.slice_rows;
             const int64_t p_end = p0 + pl.slice_rows < p_rows ? p0 + pl.slice_rows : p_rows;
             if (p0 >= p_rows || w.p0 != p0 || w.p_end != p_end || w.pt != p0 / kBP || w.qt != 0 || w.kb0 != 0 ||
                 w.kb1 != kblocks || w.partial || !w.p_cut || p0 % kBP + pl.slice_rows > kBP) {
                 snprintf(why, why_size, "unit %d: slice rows [%d, %d) P %d Q %d K blocks [%d, %d)%s, want rows [%lld, "
-                         "%lld) of %lld inside one 128-row block", u, w.p0, w.p_end, w.pt, w.qt, w.kb0, w.kb1,
+                         "%lld) of %lld inside one 128-row block", unit, w.p0, w.p_end, w.pt, w.qt, w.kb0, w.kb1,
                          w.p_cut ? "" : " (full box)", (long long)p0, (long long)p_end, (long long)p_rows);
                 ok = false;
             }
