@@ -55,14 +55,15 @@ step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/
 # (rows past the matrix zero-filled by TMA) instead of a smaller one, and the opt-in 2-CTA cluster kernels (sharing
 # the activation tile where M % 128 == 0, else the weight tile: the test shapes reach both), and every load left to
 # the producer loop, one stage at entry, or every free stage (instead of 4; in GEMM and linear calls alike), the
-# reduce kernel where a plan's K splits would be summed inside clusters, and no row slices (the plans before v19).
-# Commas join one variant's variables. Each full run takes ~45 s on the H200 (~30-40 s with --small), ~10 minutes in
+# reduce kernel where a plan's K splits would be summed inside clusters, no row slices (the plans before v19), and
+# stream-K nowhere (the plans before v20) or wherever it applies.
+# Commas join one variant's variables. Each full run takes ~45 s on the H200 (~30-40 s with --small), ~11 minutes in
 # all; the other steps take ~7.5, so on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in calls of
 # their own, with GPU_CHECK_VARIANTS="..." naming a part of the list in each.
 hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_SLICES=0 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
     BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_EDGE_BOX=0
     BFP8_HOPPER_CLUSTER=1 BFP8_HOPPER_ENTRY_STAGES=0 BFP8_HOPPER_ENTRY_STAGES=1
-    BFP8_HOPPER_ENTRY_STAGES=12 BFP8_HOPPER_CSPLIT=0"}
+    BFP8_HOPPER_ENTRY_STAGES=12 BFP8_HOPPER_CSPLIT=0 BFP8_HOPPER_STREAMK=0 BFP8_HOPPER_STREAMK=all"}
 variants() {
     local v rc=0
     for v in $hopper_variants; do
@@ -85,7 +86,7 @@ sanitize() {
         # script's time (racecheck ran clean on them too: bench/RESULTS.md, session of 07:15-08:00).
         local more=""
         [ $tool = memcheck ] && more=BFP8_HOPPER_CLUSTER=1
-        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 $more; do
+        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_STREAMK=all $more; do
             echo "== $v"
             env $(echo "$v" | tr , ' ') timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
                 build/tests/test_hopper --small || return 1

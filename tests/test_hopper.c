@@ -400,9 +400,10 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
     return ok;
 }
 
-/* One self-contained small problem, checked on every element. */
-static void small_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, bfp8_scale_format f, bfp8_dtype out,
-                       bool bias, bfp8_dtype bias_dtype) {
+/* One self-contained problem: every element checked for the poison, the reference compared on up to
+ * sample_rows x sample_cols of them (pick_indices: the edges, the tile boundaries, the rest random). */
+static void sampled_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, bfp8_scale_format f, bfp8_dtype out,
+                         bool bias, bfp8_dtype bias_dtype, int64_t sample_rows, int64_t sample_cols) {
     char label[128];
     snprintf(label, sizeof label, "M=%lld N=%lld K=%lld %s out=%s bias=%s", (long long)m, (long long)n, (long long)k,
              bfp8_scale_format_name(f), bfp8_dtype_name(out), bias ? bfp8_dtype_name(bias_dtype) : "none");
@@ -411,9 +412,15 @@ static void small_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, b
     /* fp16 overflows to inf (as it must) past 65504: keep f16 outputs in range. */
     operands_make(&o, m, n, k, f, out == BFP8_DTYPE_F16 ? 1.0f / 64 : 1.0f);
     acts_make(&a, &o, m);
-    run_and_check(b, &o, &a, out, bias_dtype, bias, 1 << 20, 1 << 20, label);
+    run_and_check(b, &o, &a, out, bias_dtype, bias, sample_rows, sample_cols, label);
     acts_free(&a);
     operands_free(&o);
+}
+
+/* A small problem, the reference compared on every element. */
+static void small_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, bfp8_scale_format f, bfp8_dtype out,
+                       bool bias, bfp8_dtype bias_dtype) {
+    sampled_case(b, m, n, k, f, out, bias, bias_dtype, 1 << 20, 1 << 20);
 }
 
 static void test_small(const bfp8_backend *b) {
@@ -478,6 +485,20 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 8, 21896, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
     small_case(b, 12, 20002, 4096, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_BF16);
     small_case(b, 2, 7000, 8192, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F16);
+    /* Stream-K plans (Plan::sk_tiles; gpu-check also runs the suite with BFP8_HOPPER_STREAMK=0 and =all), on 132
+     * SMs, a whole wave and then the tiles left in 132 runs: 157 tiles, runs over up to three, a last P tile of 52
+     * rows and a last weight tile of 64 columns; 64-wide tiles, a last one of 28 columns (N % 8 != 0: the staged
+     * epilogue's element stores); fp32 output with a last tile of 40 columns; a last K block of 16. A wrong slot or
+     * sum spoils a whole 128 x BQ tile, so 40 rows (every P tile's edges among them) against every column suffice
+     * and keep the host reference at a few seconds. test_golden_plans pins the plans. */
+    sampled_case(b, 2100, 2112, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32, 40, 1 << 20);
+    sampled_case(b, 1500, 1500, 4096, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32, 40, 1 << 20);
+    sampled_case(b, 2100, 1000, 3072, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_BF16, 40, 1 << 20);
+    sampled_case(b, 700, 3000, 3088, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F16, 40, 1 << 20);
+    /* Under BFP8_HOPPER_STREAMK=all only: fewer tiles than SMs (112) in two P tiles, and with one consumer
+     * warpgroup (M <= 64). */
+    sampled_case(b, 200, 7168, 8192, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32, 40, 1 << 20);
+    sampled_case(b, 48, 7168, 4096, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32, 40, 1 << 20);
 }
 
 /* Clusters of 2..8 CTAs that fit at once on the H200 with the CSPLIT kernels (BFP8_LOG=hopper prints them). */
@@ -553,7 +574,8 @@ static void describe_on_h200(int64_t m, int64_t n, int64_t k, int sms, char *out
 
 static void test_golden_plans(void) {
     if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS") ||
-        getenv("BFP8_HOPPER_CLUSTER") || getenv("BFP8_HOPPER_CSPLIT") || getenv("BFP8_HOPPER_SLICES")) {
+        getenv("BFP8_HOPPER_CLUSTER") || getenv("BFP8_HOPPER_CSPLIT") || getenv("BFP8_HOPPER_SLICES") ||
+        getenv("BFP8_HOPPER_STREAMK")) {
         printf("golden plans: skipped (a plan is forced by the environment)\n");
         return;
     }
@@ -587,8 +609,16 @@ static void test_golden_plans(void) {
         /* test_linear's last-wave split with two P tiles: the whole tiles are rounded down to full columns */
         {129, 8576, 4096, "normal BQ=64 splits=32 (K blocks per split 1) units=392 (whole 264) grid=132"},
         /* No 2-CTA clusters unless asked for (measured slower): whole lines */
-        {4096, 7168, 16384, "normal BQ=128 splits=1 (K blocks per split 128) units=1792 (whole 0) grid=132"},
         {512, 2112, 7168, "normal BQ=64 splits=1 (K blocks per split 56) units=132 (whole 0) grid=132"},
+        /* Stream-K over the last waves' tiles (v20) where the last wave is nearly empty (4.1 waves); not where it
+         * is mostly full (1.7 and 13.6 waves, fewer tiles than SMs: measured slower), nor at M <= 64 */
+        {4096, 2112, 7168, "normal BQ=128 splits=1 (K blocks per split 56) units=792 (whole 396; stream-K over 148 "
+                           "tiles, up to 3 pieces a CTA) grid=132"},
+        {4096, 7168, 16384, "normal BQ=128 splits=1 (K blocks per split 128) units=1792 (whole 0) grid=132"},
+        {512, 7168, 16384, "normal BQ=128 splits=1 (K blocks per split 128) units=224 (whole 0) grid=132"},
+        {128, 7168, 16384, "normal BQ=64 splits=1 (K blocks per split 128) units=112 (whole 0) grid=112"},
+        {4096, 24576, 1536, "normal BQ=128 splits=1 (K blocks per split 12) units=6144 (whole 0) grid=132"},
+        {64, 7168, 16384, "normal BQ=64 splits=1 (K blocks per split 128) units=112 (whole 0) grid=112"},
     };
     /* With clusters allowed (BFP8_HOPPER_CLUSTER=1): sharing the activation tile where M % 128 == 0 and the Q tiles
      * pair up, else the weight tile where N is a multiple of the Q tile and the P tiles pair up, else none (2112 =
@@ -661,6 +691,19 @@ static void test_golden_plans(void) {
                           "32 first) grid=132"},
     };
     check_plans(small_slices, sizeof small_slices / sizeof small_slices[0], describe_on_h200, "small case on the H200");
+    static const plan_case small_stream_k[] = {
+        {2100, 2112, 2048, "normal BQ=128 splits=1 (K blocks per split 16) units=528 (whole 132; stream-K over 157 "
+                           "tiles, up to 3 pieces a CTA) grid=132"},
+        {1500, 1500, 4096, "normal BQ=64 splits=1 (K blocks per split 32) units=528 (whole 132; stream-K over 156 "
+                           "tiles, up to 3 pieces a CTA) grid=132"},
+        {2100, 1000, 3072, "normal BQ=64 splits=1 (K blocks per split 24) units=396 (whole 132; stream-K over 140 "
+                           "tiles, up to 2 pieces a CTA) grid=132"},
+        {700, 3000, 3088, "normal BQ=64 splits=1 (K blocks per split 25) units=528 (whole 132; stream-K over 150 "
+                          "tiles, up to 3 pieces a CTA) grid=132"},
+        {200, 7168, 8192, "normal BQ=128 splits=1 (K blocks per split 64) units=112 (whole 0) grid=112"},
+    };
+    check_plans(small_stream_k, sizeof small_stream_k / sizeof small_stream_k[0], describe_on_h200,
+                "small case on the H200");
     check_plans(cluster_cases, sizeof cluster_cases / sizeof cluster_cases[0], bfp8_hopper_cluster_plan_describe,
                 "plan with clusters");
 }
@@ -725,8 +768,7 @@ static void linear_case(bfp8_dispatcher *dev, bfp8_dispatcher *host, int64_t m, 
 /* bfp8_linear captured into a CUDA graph (how serving engines run decode): the quantization, the workspace
  * allocation, hopper as a programmatic dependent and the split-K reduce must all be capturable, and a replay must
  * give the bytes of a direct run (split-K sums in a fixed order). */
-static void test_linear_graph(bfp8_dispatcher *dev) {
-    const int64_t m = 3, n = 256, k = 8192; /* swapped with split K: every node kind above */
+static void test_linear_graph(bfp8_dispatcher *dev, int64_t m, int64_t n, int64_t k) {
     float *x = xmalloc(sizeof(float) * (size_t)(m * k)), *w = xmalloc(sizeof(float) * (size_t)(n * k));
     for (int64_t i = 0; i < m * k; i++) x[i] = test_rand_f32();
     for (int64_t i = 0; i < n * k; i++) w[i] = test_rand_f32() * 0.05f;
@@ -755,14 +797,19 @@ static void test_linear_graph(bfp8_dispatcher *dev) {
         cudaError_t e_end = e == cudaSuccess ? cudaStreamEndCapture(stream, &graph) : e;
         CHECK(e == cudaSuccess && st == BFP8_OK && e_end == cudaSuccess, "capture of bfp8_linear: %s / %s / %s",
               cudaGetErrorString(e), bfp8_status_name(st), cudaGetErrorString(e_end));
-        if (graph) {
-            e = cudaGraphInstantiate(&exec, graph, 0);
-            if (e == cudaSuccess) e = cudaGraphLaunch(exec, stream);
+        e = graph ? cudaGraphInstantiate(&exec, graph, 0) : cudaErrorInvalidValue;
+        /* Twice: the second replay starts from what the first left in the graph's workspace (stream-K flags). */
+        for (int replay = 0; replay < 2 && e == cudaSuccess; replay++) {
+            CHECK_OK(bfp8_cuda_upload(y2_d.p, y2, y_bytes)); /* poison again */
+            e = cudaGraphLaunch(exec, stream);
             if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-            CHECK(e == cudaSuccess, "graph replay: %s", cudaGetErrorString(e));
+            CHECK(e == cudaSuccess, "graph replay %d: %s", replay, cudaGetErrorString(e));
+            uint16_t *got = xmalloc(y_bytes);
             CHECK_OK(bfp8_cuda_download(y1, y1_d.p, y_bytes));
-            CHECK_OK(bfp8_cuda_download(y2, y2_d.p, y_bytes));
-            CHECK(memcmp(y1, y2, y_bytes) == 0, "graph replay of bfp8_linear differs from the direct run");
+            CHECK_OK(bfp8_cuda_download(got, y2_d.p, y_bytes));
+            CHECK(memcmp(y1, got, y_bytes) == 0, "graph replay %d of bfp8_linear M=%lld N=%lld K=%lld differs from "
+                  "the direct run", replay, (long long)m, (long long)n, (long long)k);
+            free(got);
         }
     }
     (void)cudaGetLastError(); /* a failed capture leaves its error here; it was reported above */
@@ -792,7 +839,8 @@ static void test_linear(bool small_only) {
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */
         linear_case(dev, host, 600, 1536, 768, BFP8_SCALE_UE8M0, true); /* normal, several tiles per CTA */
         linear_case(dev, host, 512, 1024, 2048, BFP8_SCALE_FP32, true); /* (clusters: sharing activations) */
-        test_linear_graph(dev);
+        test_linear_graph(dev, 3, 256, 8192);   /* swapped with split K: every node kind above */
+        test_linear_graph(dev, 2100, 2112, 2048); /* stream-K: the flags' memset in the graph */
     }
     bfp8_dispatcher_free(dev);
     bfp8_dispatcher_free(host);
@@ -855,13 +903,13 @@ static void test_unit_grids(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
             for (size_t c = 0; c < sizeof sms / sizeof sms[0]; c++)
-                for (int clusters = 0; clusters < 2; clusters++) {
+                for (int mode = 0; mode < 3; mode++) { /* plain, 2-CTA clusters allowed, stream-K wherever it applies */
                     char why[256] = "";
-                    const bool ok = bfp8_hopper_check_units(ms[i], shapes[s][0], shapes[s][1], sms[c], clusters, why,
-                                                            sizeof why);
+                    const bool ok = bfp8_hopper_check_units(ms[i], shapes[s][0], shapes[s][1], sms[c], mode == 1,
+                                                            mode == 2, why, sizeof why);
                     CHECK(ok, "units of M=%lld N=%lld K=%lld on %d SMs%s: %s", (long long)ms[i],
-                          (long long)shapes[s][0], (long long)shapes[s][1], sms[c], clusters ? " (clusters)" : "",
-                          why);
+                          (long long)shapes[s][0], (long long)shapes[s][1], sms[c],
+                          mode == 1 ? " (clusters)" : mode == 2 ? " (stream-K)" : "", why);
                     checked++;
                 }
     printf("unit grids: %d plans checked\n", checked);

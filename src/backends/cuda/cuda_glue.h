@@ -39,8 +39,10 @@ void bfp8_hopper_cluster_plan_describe(int64_t m, int64_t n, int64_t k, int sms,
  * 2..BFP8_HOPPER_MAX_SPLIT_CLUSTER; the entries below 2 are set to 0); what hopper's plans on it use (queried once
  * per process). */
 bfp8_status bfp8_hopper_device_cluster_fit(int *clusters);
-/* Whether the units of that plan (with 2-CTA clusters allowed if `clusters`) decode, with the kernel's divisors, to
- * every (tile, K block) exactly once, as plain division does (false with the first difference in why). */
-bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, char *why, size_t why_size);
+/* Whether the units of that plan (with 2-CTA clusters allowed if `clusters`, stream-K wherever it applies if
+ * `stream_k_all`) decode, with the kernel's divisors, to every (tile, K block) exactly once, as plain division does,
+ * and stream-K pieces follow their protocol (false with the first difference in why). */
+bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, bool stream_k_all, char *why,
+                             size_t why_size);
 
 #endif

@@ -33,7 +33,10 @@
  * sum them over distributed shared memory after a cluster barrier (HopperParams::csplit: no workspace, no second
  * kernel); the plan's time model weighs both. On the swapped path the weight rows of a partial last wave (192 or
  * 288 tiles on 132 SMs) run instead as row slices of 32 or 64 rows with the whole K, before the whole tiles, and
- * need no sum at all (HopperParams::slice_rows). K beyond the matrix is zero-filled by TMA, so a partial last K
+ * need no sum at all (HopperParams::slice_rows). On the normal path a nearly empty last wave (544 tiles on 132
+ * SMs) runs instead, with the wave before it, as stream-K: 132 equal runs of (tile, K block) pairs, one per CTA, the
+ * tiles cut between runs summed by their tails from per-CTA partial slots in the L2, after a flag
+ * (HopperParams::sk_ctas). K beyond the matrix is zero-filled by TMA, so a partial last K
  * block is exact; a last tile that the matrix ends inside is loaded with a box cut to the rows that exist (in
  * 8-row groups), and the stale rows past it feed only outputs that are not stored.
  * Thread 0 issues the first stages of its CTA's first unit as soon as the barriers exist, before the CTA's barrier
@@ -172,6 +175,27 @@ struct HopperParams {
      * path stages its partial in the ring, free only once no load is left to issue; and nothing waits for the
      * peers' reads of one unit's staging before the next unit's. 0 in the other kernels. */
     int csplit;
+    /* STREAMK kernels (normal path; Plan::sk_tiles says where the plan picks them): the tiles after the first
+     * whole_units, sk_tiles x kblocks (tile, K block) pairs in tile order, are cut into sk_ctas (the grid) equal
+     * runs, CTA c taking [c * sk_share + min(c, sk_extra), + sk_share + (c < sk_extra)). A run begins in a tile's
+     * last K blocks (that tile's "tail") and ends in a tile's first ones. The CTA runs its pieces from its second
+     * tile on first and the tail last, so that all CTAs step through K roughly together, as whole tiles do: the
+     * operands that tiles share (the activations, and at large M the weights) are then read from the L2 while they
+     * are there. (In run order, call 3, the stream-K cells ran 1.3-1.4x slower.) A piece that ends before its
+     * tile's last K block leaves its partial in the CTA's slot of sk_slots and raises its flag (sk_flags, zeroed
+     * before the launch); the tail waits for the flags of the CTAs before it whose runs end inside its tile, adds
+     * their slots nearest first, and stores the tile. Only a CTA's last piece waits, and only for CTAs with lower
+     * indices, whose slots are written before their own last pieces: the waits form no cycle, and each ends once
+     * the CTAs it waits for have run. The grid is no larger than the SMs with one CTA per SM, so on a device whose
+     * SMs are free all of them run at once; where fewer SMs are available (MPS limits, other kernels still
+     * running) it relies, like other stream-K kernels, on lower-numbered CTAs being dispatched no later than
+     * higher ones (the launch is not cooperative). decode_unit numbers a CTA's pieces whole_units + c + j *
+     * sk_ctas, j = 0, 1, .. (empty past its run). 0 in the other kernels. */
+    int sk_ctas, sk_tiles, sk_share, sk_extra; /* (sk_tiles: the plan's, for the host's check; the kernel does not
+                                                * read it) */
+    Divisor sk_cta_div, sk_kb_div; /* by sk_ctas and by kblocks */
+    float *sk_slots;               /* [sk_ctas][2 warpgroups][stream_k_slot_floats(BQ)]: a piece's partial */
+    unsigned *sk_flags;            /* [sk_ctas][2 warpgroups]: 1 once the slot is written */
 };
 /* The stamps of a trace build, per CTA (not in time order: the first boxes usually go out at entry, before the CTA
  * synchronizes): its start; the barriers initialized and the CTA synchronized; in the producer's thread: the maps
@@ -179,7 +203,8 @@ struct HopperParams {
  * stage landed; the steps of the second unit's 16-bit epilogue (the previous store has read its buffer, the first
  * barrier, the fragment packed, the second barrier); thread 0's entry path split (its barriers initialized, its
  * first unit decoded); then, for each of the first kTraceUnits units, when its last block was promoted (its
- * epilogue starts) and when its epilogue was done. */
+ * epilogue starts) and when its epilogue was done. (Stream-K pieces that store a slot are not stamped, and a tail's
+ * wait for the slots it adds falls before its epilogue's start: the report's "main loop" then spans them.) */
 enum TraceSlot {
     kTraceStart,
     kTraceSynced,
@@ -276,11 +301,24 @@ struct Unit {
     bool partial;
     int p0, p_end; /* the P rows [p0, p_end) it computes: its tile's (p_end: the matrix's rows), or its slice's */
     bool p_cut;    /* its P box is the smaller one (maps.p_last): the last tile the matrix ends inside, or a slice */
+    /* Stream-K pieces (HopperParams::sk_ctas): sk_store, it leaves its partial in its CTA's slot (it ends before
+     * its tile's last K block); sk_gather, it is its tile's tail (it starts past K block 0 and ends the tile) and
+     * adds the slots of the CTAs before it whose runs reach into the tile, which starts at sk_tile0 in the run
+     * numbering. An empty piece (past its CTA's run) has kb0 == kb1. */
+    bool sk_store, sk_gather;
+    int sk_tile0;
 };
-template <bool CLUSTER, bool SLICES>
+/* fp32 values in one stream-K slot: a consumer warpgroup's 64 x bq partial (HopperParams::sk_slots). */
+__host__ __device__ constexpr int stream_k_slot_floats(int bq) { return 64 * bq; }
+/* The first (tile, K block) pair of CTA c's stream-K run (HopperParams::sk_ctas); c = sk_ctas: their count. */
+__host__ __device__ __forceinline__ int stream_k_run(const HopperParams &p, int c) {
+    return c * p.sk_share + (c < p.sk_extra ? c : p.sk_extra);
+}
+template <bool CLUSTER, bool SLICES, bool STREAMK = false>
 __host__ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int u, int rank) {
     Unit w;
     int t;
+    if (STREAMK) w.sk_store = w.sk_gather = false, w.sk_tile0 = 0; /* (only the STREAMK kernels read them) */
     if (SLICES && p.slice_rows) {
         /* The slices first (units [0, units - whole_units)), then the whole tiles. */
         const int slices = p.units - p.whole_units;
@@ -291,7 +329,26 @@ __host__ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int 
         w.p_end = w.p0 + p.slice_rows < p.p_rows ? w.p0 + p.slice_rows : p.p_rows;
         return w;
     }
-    if (u < p.whole_units) {
+    if (STREAMK && u >= p.whole_units) {
+        /* Piece j of CTA c's run, in the order the CTA runs them: the run's tiles from its second on, then its first
+         * tile where the run starts inside it (HopperParams::sk_ctas says why). */
+        const int v = u - p.whole_units, j = divide(v, p.sk_cta_div), c = v - j * p.sk_ctas;
+        const int run0 = stream_k_run(p, c), run1 = stream_k_run(p, c + 1);
+        const int first_tile = divide(run0, p.sk_kb_div), pieces = divide(run1 - 1, p.sk_kb_div) - first_tile + 1;
+        w.split = 0, w.partial = false;
+        if (j >= pieces) { /* past the run: nothing to do */
+            w.pt = w.qt = 0, w.kb0 = w.kb1 = 0, w.p0 = 0, w.p_end = p.p_rows, w.p_cut = false;
+            return w;
+        }
+        const bool rotate = run0 != first_tile * p.kblocks;
+        const int tile = first_tile + (rotate ? (j + 1 == pieces ? 0 : j + 1) : j), tile0 = tile * p.kblocks;
+        const int first = run0 > tile0 ? run0 : tile0, end = run1 < tile0 + p.kblocks ? run1 : tile0 + p.kblocks;
+        w.kb0 = first - tile0, w.kb1 = end - tile0;
+        w.sk_store = w.kb1 < p.kblocks;
+        w.sk_gather = w.kb0 > 0 && w.kb1 == p.kblocks;
+        w.sk_tile0 = tile0;
+        t = p.whole_units + tile;
+    } else if (u < p.whole_units) {
         t = u;
         w.split = 0, w.kb0 = 0, w.kb1 = p.kblocks, w.partial = false;
     } else {
@@ -317,12 +374,13 @@ __host__ __device__ __forceinline__ Unit decode_unit(const HopperParams &p, int 
     return w;
 }
 
-template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT = false>
+template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT = false, bool STREAMK = false>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ KernelMaps<CLUSTER> maps, const HopperParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(!CLUSTER || !SWAP, "2-CTA clusters run the normal path only");
     static_assert(!CSPLIT || !CLUSTER, "splits summed in a cluster: not with 2-CTA clusters");
+    static_assert(!STREAMK || (!SWAP && !CLUSTER && !CSPLIT), "stream-K runs the plain normal path only");
     using C = Config<BQ, SWAP>;
     constexpr int kStages = C::kStages;
     constexpr bool kSlices = SWAP && !CSPLIT; /* the kernels that run row slices (HopperParams::slice_rows) */
@@ -443,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1)
          * loads into the other CTA wait for the cluster's barrier. */
         const int entry_max = min(kStages, p.entry_stages);
         if (!CLUSTER && entry_max > 0 && (CSPLIT ? BFP8_U_FIRST < BFP8_U_END : (int)blockIdx.x < p.units)) {
-            const Unit unit = decode_unit<CLUSTER, kSlices>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
+            const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
             if (trace) trace[kTraceUnitDecoded] = global_ns();
             for (int kb = unit.kb0; kb < unit.kb1 && entry_issued < entry_max; kb++, entry_issued++) {
                 mbar_arrive_expect_tx(full0 + 8 * entry_issued, stage_bytes(unit));
@@ -490,7 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             asm volatile("griddepcontrol.wait;\n" ::: "memory");
             if (trace) trace[kTraceDepWaited] = global_ns();
             if (p.dependent && entry_issued) {
-                const Unit unit = decode_unit<CLUSTER, kSlices>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
+                const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
 #pragma unroll 1
                 for (int i = 0; i < entry_issued; i++) load_acts(i, unit, unit.kb0 + i);
                 if (trace) trace[kTraceFirstIssued] = global_ns();
@@ -499,7 +557,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             int stage = entry_issued % kStages, issued = entry_issued, skip = entry_issued;
             uint32_t phase = entry_issued == kStages;
             for (int u = BFP8_U_FIRST; u < BFP8_U_END; u += BFP8_U_STEP) {
-                const Unit unit = decode_unit<CLUSTER, kSlices>(p, u, rank);
+                const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, u, rank);
                 for (int kb = unit.kb0 + skip; kb < unit.kb1; kb++, issued++) {
                     mbar_wait(empty0 + 8 * stage, phase ^ 1);
                     /* A refill writes half of the shared tile into the other CTA too; the first fill of each stage
@@ -642,7 +700,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
         int units_done = 0;
         for (int u = BFP8_U_FIRST; u < BFP8_U_END; u += BFP8_U_STEP) {
-            const Unit unit = decode_unit<CLUSTER, kSlices>(p, u, rank);
+            const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, u, rank);
+            if (STREAMK && unit.kb0 == unit.kb1) continue; /* past this CTA's stream-K run */
             const int pt = unit.pt, qt = unit.qt, split = unit.split;
             const int kb0 = unit.kb0, kb1 = unit.kb1;
             const int64_t p_base = (int64_t)unit.p0 + wg * 64; /* first P row of this warpgroup */
@@ -704,6 +763,42 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
 
+            if constexpr (STREAMK) {
+                /* A stream-K piece (HopperParams::sk_ctas): this warpgroup's partial goes to its slot, or, in its
+                 * tile's tail, the slots of the CTAs before it whose runs end inside the tile are added, nearest
+                 * first. Each thread keeps its own fragment elements at the same place in every slot: [BQ / 8][128]
+                 * float4s. */
+                const int cta = blockIdx.x;
+                static_assert(stream_k_slot_floats(BQ) == BQ / 8 * 128 * 4, "a slot: [BQ / 8][128] float4s");
+                auto slot = [&](int c) { return (float4 *)p.sk_slots + (size_t)(c * 2 + wg) * (BQ / 8) * 128 + t; };
+                if (unit.sk_store) {
+                    float4 *dst = slot(cta);
+#pragma unroll
+                    for (int i = 0; i < BQ / 8; i++)
+                        __stcg(dst + i * 128,
+                               make_float4(total[4 * i], total[4 * i + 1], total[4 * i + 2], total[4 * i + 3]));
+                    named_barrier_sync(1 + wg); /* the warpgroup's stores precede the release */
+                    if (t == 0) st_release_gpu_u32(p.sk_flags + cta * 2 + wg, 1u);
+                    continue;
+                }
+                if (unit.sk_gather) {
+                    /* CTAs cta - 1, cta - 2, ..: each run ends inside this tile; the last one starts at or before
+                     * its first K block. */
+                    for (int c = cta - 1, more = 1; more; c--) {
+                        more = stream_k_run(p, c) > unit.sk_tile0;
+                        if (t == 0)
+                            while (ld_acquire_gpu_u32(p.sk_flags + c * 2 + wg) == 0u) __nanosleep(64);
+                        named_barrier_sync(1 + wg); /* the acquire precedes the warpgroup's loads */
+                        const float4 *src = slot(c);
+#pragma unroll
+                        for (int i = 0; i < BQ / 8; i++) {
+                            const float4 v = __ldcg(src + i * 128); /* L2: the slot was written on another SM */
+                            total[4 * i] += v.x, total[4 * i + 1] += v.y, total[4 * i + 2] += v.z,
+                                total[4 * i + 3] += v.w;
+                        }
+                    }
+                }
+            }
             if (trace && wg == 0 && t == 0 && units_done < kTraceUnits)
                 trace[kTraceUnits0 + 2 * units_done] = global_ns();
             /* Epilogue: element i of the fragment is P row 16*warp + lane/4 + 8*((i/2)%2) of this warpgroup's 64,
@@ -1035,6 +1130,8 @@ struct Plan {
     int pair_p, pair_q; /* 2-CTA clusters (see HopperParams); units then count pairs of tiles */
     int csplit;         /* the splits summed inside clusters of this many CTAs (HopperParams::csplit); 0: reduce */
     int slice_rows;     /* the rows after the whole tiles in slices of this many (plan_tiling); 0: none */
+    int sk_tiles;       /* the tiles after the whole tiles in stream-K runs (HopperParams::sk_ctas); 0: none */
+    int sk_pieces;      /* stream-K: the most pieces in one CTA's run (units = whole + grid x sk_pieces) */
 };
 
 /* BFP8_HOPPER_HYBRID=0 never splits only the last wave's tiles, =1 always does where it applies (decode, long K,
@@ -1119,20 +1216,29 @@ bool csplit_disabled(void) {
     return off;
 }
 
-/* BFP8_HOPPER_SLICES=0 never cuts a swapped plan's weight rows into row slices (Plan::slice_rows), =all does
- * wherever they apply, also with fewer tiles than SMs where the heuristic would not; unset or anything else: the
- * heuristic (plan_tiling). For tests and side-by-side measurement. Read once. */
-enum SlicesMode { kSlicesOff = 0, kSlicesHeuristic = 1, kSlicesAll = 2 };
+/* The plan features that the environment can turn off ("0") or force wherever they apply ("all"); unset or
+ * anything else: the heuristic (plan_tiling). For tests and side-by-side measurement. */
+enum FeatureMode { kFeatureOff = 0, kFeatureHeuristic = 1, kFeatureAll = 2 };
+int feature_mode(const char *name) {
+    if (env_is_zero(name)) return kFeatureOff;
+    const char *e = getenv(name);
+    return e && strcmp(e, "all") == 0 ? kFeatureAll : kFeatureHeuristic;
+}
+
+/* BFP8_HOPPER_SLICES: row slices of a swapped plan's weight rows (Plan::slice_rows); =all also with fewer tiles than
+ * SMs where the heuristic would not cut them. Read once. */
 int slices_mode(void) {
-    static const int mode = [] {
-        if (env_is_zero("BFP8_HOPPER_SLICES")) return (int)kSlicesOff;
-        const char *e = getenv("BFP8_HOPPER_SLICES");
-        return e && strcmp(e, "all") == 0 ? (int)kSlicesAll : (int)kSlicesHeuristic;
-    }();
+    static const int mode = feature_mode("BFP8_HOPPER_SLICES");
     return mode;
 }
 
-/* What the environment forces on the plan (the six variables above). The plan functions take it as an argument,
+/* BFP8_HOPPER_STREAMK: the normal path's last waves as stream-K runs (Plan::sk_tiles). Read once. */
+int stream_k_mode(void) {
+    static const int mode = feature_mode("BFP8_HOPPER_STREAMK");
+    return mode;
+}
+
+/* What the environment forces on the plan (the seven variables above). The plan functions take it as an argument,
  * so that the dispatcher's ranking (hopper_priority) follows the default heuristic whatever a test forces. */
 struct PlanKnobs {
     TileOverride tile;
@@ -1140,11 +1246,14 @@ struct PlanKnobs {
     int splits;      /* 0: the model decides */
     int cluster;     /* ClusterMode */
     bool csplit_off; /* never sum splits inside clusters */
-    int slices;      /* SlicesMode */
+    int slices;      /* FeatureMode */
+    int stream_k;    /* FeatureMode */
 };
-constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterOff, false, kSlicesHeuristic};
+constexpr PlanKnobs kDefaultKnobs = {{false, false, 0}, -1, 0, kClusterOff, false, kFeatureHeuristic,
+                                     kFeatureHeuristic};
 PlanKnobs env_knobs(void) {
-    return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode(), csplit_disabled(), slices_mode()};
+    return {tile_override(), hybrid_mode(), forced_splits(), cluster_mode(), csplit_disabled(), slices_mode(),
+            stream_k_mode()};
 }
 
 /* The largest cluster that sums K splits (HopperParams::csplit): the portable cluster size. */
@@ -1213,6 +1322,23 @@ bool csplit_fits(bool swap, int bq, int p_tiles, int64_t tiles, int splits, int 
 /* Tiles of the activation operand (P normal, Q swapped): 1 when one tile covers M, and then every weight tile is
  * loaded by the units of one tile only. */
 int activation_tiles(const Plan &pl) { return pl.swap ? pl.q_tiles : pl.p_tiles; }
+
+/* The start of CTA c's stream-K run among `blocks` (tile, K block) pairs cut into `ctas` runs whose lengths differ by
+ * at most one (HopperParams::sk_share, sk_extra). */
+int64_t stream_k_run_start(int64_t c, int64_t blocks, int ctas) {
+    const int64_t share = blocks / ctas, extra = blocks % ctas;
+    return c * share + (c < extra ? c : extra);
+}
+/* The most tiles that one of those runs meets (tiles of kblocks pairs). */
+int stream_k_pieces(int ctas, int64_t blocks, int kblocks) {
+    int most = 0;
+    for (int c = 0; c < ctas; c++) {
+        const int64_t first = stream_k_run_start(c, blocks, ctas), last = stream_k_run_start(c + 1, blocks, ctas) - 1;
+        const int pieces = last < first ? 0 : (int)(last / kblocks - first / kblocks + 1);
+        most = pieces > most ? pieces : most;
+    }
+    return most;
+}
 
 Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, const ClusterFit &fit,
                  const PlanKnobs &knobs) {
@@ -1284,6 +1410,38 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
             }
         }
     }
+    /* Stream-K (normal path): where the tiles leave a partial last wave (544 tiles on 132 SMs), the full waves but
+     * the last run whole tiles, and the tiles left, between one and two waves' worth, are cut into equal runs of
+     * (tile, K block) pairs, one per CTA, so that every SM streams as many blocks (HopperParams::sk_ctas). A tile
+     * cut between runs is summed by its tail from the partials of the others (one slot each, through the L2), in a
+     * fixed order; the flags cost a memset before the launch (~1.7 us). A run's blocks took 1.23-1.33x the time of
+     * whole tiles' blocks on the H200 (v20, call 4: M=512 7168x16384 105.8 -> 110.3 us for 217 blocks a CTA
+     * instead of 256), so it is taken where the busiest CTA's blocks, those of its runs counted 1.3 times, drop by
+     * at least 5% and 3 us at the model's block time: with a nearly empty last wave (M=4096 2112x7168, 4.1 waves:
+     * 115.7 -> 103.1 us), not with a mostly full one (M = 128..4096 7168x16384: 5-8% slower). Only with more tiles
+     * than SMs (with fewer, where a K split does not pay either, it is not measured), with two consumer warpgroups
+     * (M > 64: at M <= 64 the weight stream runs at the chip's rate already, v20 call 1), and not in place of a K
+     * split (the last-wave split above keeps its reduce; BFP8_HOPPER_STREAMK=all replaces it). */
+    if (!pl.swap && knobs.stream_k != kFeatureOff && !knobs.splits && knobs.hybrid != 1 && !pl.csplit &&
+        (pl.splits == 1 || pl.whole_units) && knobs.cluster == kClusterOff && tiles % sms != 0) {
+        const int64_t full_waves = tiles / sms;
+        const int64_t whole = full_waves >= 1 ? (full_waves - 1) * sms : 0, sk_tiles = tiles - whole;
+        const int64_t run_blocks = sk_tiles * kblocks;
+        const double dp_blocks = (double)(bfp8_ceil_div(tiles, sms) * kblocks);
+        const double sk_blocks = (double)(whole / sms * kblocks) + 1.3 * (double)bfp8_ceil_div(run_blocks, sms);
+        const double saved = (dp_blocks - sk_blocks) * model.block_time(sms);
+        const bool pays =
+            m > 64 && tiles > sms && !pl.whole_units && saved >= 3e-6 && sk_blocks <= 0.95 * dp_blocks;
+        if (run_blocks / sms >= 4 && run_blocks < INT32_MAX && (pays || knobs.stream_k == kFeatureAll)) {
+            pl.sk_tiles = (int)sk_tiles;
+            pl.sk_pieces = stream_k_pieces(sms, run_blocks, kblocks);
+            pl.whole_units = (int)whole;
+            pl.splits = 1;
+            pl.kb_per_split = kblocks;
+            pl.csplit = 0;
+            units = whole + (int64_t)sms * pl.sk_pieces;
+        }
+    }
     /* Row slices (swapped, one Q tile). Where the weight tiles leave a partial last wave (192 or 288 tiles on 132
      * SMs), the full waves run whole tiles and the weight rows left are cut into slices, one per CTA, each with
      * the whole K range, written straight to y: unlike the K split above no partials and no reduce kernel (that
@@ -1300,7 +1458,7 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
      * with 32-row slices 2112x7168 10.3 -> 16.1 and 4096x7168 13.7 -> 16.5; 7168x2048 (16 K blocks) 3% slower at
      * M = 1 (v19 call 3, BFP8_HOPPER_SLICES=all). */
     if (pl.swap && pl.q_tiles == 1 && tiles % sms != 0 && !knobs.splits && knobs.hybrid != 1 &&
-        knobs.slices != kSlicesOff) {
+        knobs.slices != kFeatureOff) {
         const int64_t whole = tiles / sms * sms, left = p_rows - whole * kBP;
         int rows = 32;
         while ((int64_t)rows * sms < left) rows *= 2;
@@ -1309,7 +1467,7 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
          * long. */
         const double in_flight = (double)left * kBK * Config<8, true>::kStages;
         const bool few_tiles_pay = rows >= 64 && kblocks >= 64 && in_flight >= 10e6;
-        if (rows < kBP && (whole > 0 || few_tiles_pay || knobs.slices == kSlicesAll)) {
+        if (rows < kBP && (whole > 0 || few_tiles_pay || knobs.slices == kFeatureAll)) {
             pl.slice_rows = rows;
             pl.whole_units = (int)whole;
             pl.splits = 1;
@@ -1331,7 +1489,8 @@ Plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms, co
  * (weights; adjacent P tiles) where N is a multiple of the Q tile and the P tiles are even. Sharing P first: it is
  * the larger tile when Q tiles are 64 wide. */
 void pair_tiles(Plan &pl, int64_t m, int64_t n, int sms, const PlanKnobs &knobs) {
-    if (pl.swap || m <= 64 || pl.whole_units || pl.csplit || sms < 2 || knobs.cluster == kClusterOff) return;
+    if (pl.swap || m <= 64 || pl.whole_units || pl.csplit || pl.sk_tiles || sms < 2 || knobs.cluster == kClusterOff)
+        return;
     const bool share_p = m % kBP == 0 && pl.q_tiles % 2 == 0 && knobs.cluster != kClusterShareQ;
     const bool share_q = n % pl.bq == 0 && pl.p_tiles % 2 == 0 && knobs.cluster != kClusterShareP;
     if (share_p)
@@ -1396,9 +1555,11 @@ int64_t whole_columns(const Plan &pl) {
 /* One line naming a plan: path, tile, K split, units, grid and clusters (BFP8_LOG=hopper, and the tests' golden
  * plans). */
 void describe_plan(const Plan &pl, char *out, size_t size) {
-    char slices[48] = "";
+    char slices[64] = "";
     if (pl.slice_rows)
         snprintf(slices, sizeof slices, "; %d row slices of %d first", pl.units - pl.whole_units, pl.slice_rows);
+    if (pl.sk_tiles)
+        snprintf(slices, sizeof slices, "; stream-K over %d tiles, up to %d pieces a CTA", pl.sk_tiles, pl.sk_pieces);
     snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d%s) grid=%d%s%s",
              pl.swap ? "swapped" : "normal", pl.bq, pl.splits, pl.kb_per_split, pl.units, pl.whole_units, slices,
              pl.grid, pl.pair_q == 2 ? " clusters of 2 sharing P" : pl.pair_p == 2 ? " clusters of 2 sharing Q" : "",
@@ -1497,11 +1658,11 @@ template <int BQ, bool SWAP, bool CLUSTER> constexpr int kernel_smem() {
 }
 
 /* Raises a kernel's dynamic shared-memory limit to what it uses, once (before its launch or an occupancy query). */
-template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT> cudaError_t allow_kernel_smem() {
+template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT, bool STREAMK = false> cudaError_t allow_kernel_smem() {
     static_assert(Config<BQ, SWAP>::kSmemBytes + 8 * Config<BQ, SWAP>::kStages <= kMaxSmem, "peer_free barriers");
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (attr_set) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CLUSTER, CSPLIT>,
+    cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CLUSTER, CSPLIT, STREAMK>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kernel_smem<BQ, SWAP, CLUSTER>());
     attr_set = e == cudaSuccess;
     return e;
@@ -1509,12 +1670,12 @@ template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT> cudaError_t allow_kernel
 
 /* Launches a persistent grid of `grid` CTAs (fewer with clusters, if fewer clusters fit at once; *launched says how
  * many). */
-template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT = false>
+template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT = false, bool STREAMK = false>
 cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &hp, int grid, cudaStream_t stream,
                           int *launched) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER, CSPLIT>;
+    auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER, CSPLIT, STREAMK>;
     const int smem = kernel_smem<BQ, SWAP, CLUSTER>();
-    cudaError_t e = allow_kernel_smem<BQ, SWAP, CLUSTER, CSPLIT>();
+    cudaError_t e = allow_kernel_smem<BQ, SWAP, CLUSTER, CSPLIT, STREAMK>();
     if (e != cudaSuccess) return e;
     *launched = grid;
     if (!hp.dependent && !CLUSTER && !CSPLIT) {
@@ -1553,6 +1714,14 @@ cudaError_t launch_planned(const Plan &pl, const ClusterTensorMaps &maps, const 
             return cudaErrorInvalidConfiguration;
         return pl.swap ? launch_kernel<8, true, false, true>(maps, hp, pl.units, stream, launched)
                        : launch_kernel<64, false, false, true>(maps, hp, pl.units, stream, launched);
+    }
+    if (pl.sk_tiles) {
+        /* One CTA per SM and no more CTAs than SMs: a stream-K tail waits for the CTAs before it
+         * (HopperParams::sk_ctas). */
+        if (pl.swap || cluster || pl.grid != hp.sk_ctas || (pl.bq != 64 && pl.bq != 128))
+            return cudaErrorInvalidConfiguration;
+        return pl.bq == 64 ? launch_kernel<64, false, false, false, true>(maps, hp, pl.grid, stream, launched)
+                           : launch_kernel<128, false, false, false, true>(maps, hp, pl.grid, stream, launched);
     }
     if (!pl.swap) {
         switch (pl.bq) {
@@ -1788,6 +1957,15 @@ void set_unit_grid(HopperParams &hp, const Plan &pl, int kblocks, int64_t p_rows
     hp.group_units = make_divisor(kGroupP * q_count);
     hp.full_groups = p_count / kGroupP;
     hp.last_group_rows = make_divisor(p_count % kGroupP);
+    if (pl.sk_tiles) {
+        const int64_t blocks = (int64_t)pl.sk_tiles * kblocks; /* < 2^31: plan_tiling */
+        hp.sk_ctas = pl.grid;
+        hp.sk_tiles = pl.sk_tiles;
+        hp.sk_share = (int)(blocks / pl.grid);
+        hp.sk_extra = (int)(blocks % pl.grid);
+        hp.sk_cta_div = make_divisor(pl.grid);
+        hp.sk_kb_div = make_divisor(kblocks);
+    }
 }
 
 /* How many clusters of each size fit on the device with the CSPLIT kernels (ClusterFit), queried once per process
@@ -1864,7 +2042,9 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.bias_dtype = args->bias ? (int)args->bias_dtype : -1;
     hp.y = args->y;
     hp.y_dtype = (int)args->y_dtype;
-    hp.dependent = bfp8_act_from_prior_kernel() && early_weights_enabled();
+    /* Not with stream-K: its flags' memset comes between the kernel that wrote the activations and this one, and the
+     * consumers read the flags without a griddepcontrol.wait of their own: a plain launch orders them after it. */
+    hp.dependent = bfp8_act_from_prior_kernel() && early_weights_enabled() && !pl.sk_tiles;
     hp.entry_stages = entry_stages_setting();
     hp.q_last_rows = q_last_rows; /* p_last_rows: set_unit_grid */
     hp.one_consumer = !pl.swap && m <= 64;
@@ -1893,11 +2073,29 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         }
         hp.trace = (unsigned long long *)trace_d;
     }
+    /* The split-K partials, or stream-K's slots and flags (a stream-K plan has no K split). */
     void *ws = nullptr;
+    auto workspace = [&](size_t bytes) {
+        const bfp8_status st = bfp8_cuda_malloc_async(&ws, bytes, args->stream);
+        if (st != BFP8_OK && trace_d) bfp8_cuda_free_async(trace_d, args->stream);
+        return st;
+    };
     if (pl.splits > 1 && !hp.csplit) {
-        size_t bytes = (size_t)pl.splits * (size_t)m * (size_t)n * sizeof(float);
-        BFP8_TRY(bfp8_cuda_malloc_async(&ws, bytes, args->stream));
+        BFP8_TRY(workspace((size_t)pl.splits * (size_t)m * (size_t)n * sizeof(float)));
         hp.workspace = (float *)ws;
+    } else if (pl.sk_tiles) {
+        /* Stream-K: a partial slot per CTA and consumer warpgroup (64 x bq fp32), then their flags, zeroed here
+         * (the pool's memory holds anything; a flag left from another call would let a tail read a stale slot). */
+        const size_t slot_bytes = (size_t)pl.grid * 2 * stream_k_slot_floats(pl.bq) * sizeof(float);
+        const size_t flag_bytes = (size_t)pl.grid * 2 * sizeof(unsigned);
+        BFP8_TRY(workspace(slot_bytes + flag_bytes));
+        hp.sk_slots = (float *)ws;
+        hp.sk_flags = (unsigned *)((char *)ws + slot_bytes);
+        if (cudaMemsetAsync(hp.sk_flags, 0, flag_bytes, stream) != cudaSuccess) {
+            bfp8_cuda_free_async(ws, args->stream);
+            if (trace_d) bfp8_cuda_free_async(trace_d, args->stream);
+            return bfp8_fail(BFP8_ERR_DEVICE, "hopper: stream-K flags memset failed");
+        }
     }
     int launched = 0;
     cudaError_t e = launch_planned(pl, maps, hp, stream, &launched);
@@ -1969,7 +2167,7 @@ int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
     if (p->m <= 128) {
         if (p->k > 7168 || p->act_from_prior_kernel) return 35;
         const Plan pl = make_plan(p->m, p->n, p->k, 132, kNoClusterFit, kDefaultKnobs);
-        if (!pl.swap && pl.whole_units > 0) return 35;
+        if (!pl.swap && pl.whole_units > 0 && pl.splits > 1) return 35; /* the last-wave split, not stream-K */
     }
     return 25;
 }
@@ -2002,6 +2200,78 @@ const bfp8_backend kHopperBackend = {
     hopper_priority,
 };
 
+/* Tile t of the unit grid's numbering (decode_unit's, by plain division): groups of kGroupP P tiles (fewer in the
+ * last), P tile fastest within a group. */
+void tile_of(int t, int p_count, int q_count, int *pt, int *qt) {
+    const int g = t / (kGroupP * q_count), r = t % (kGroupP * q_count);
+    const int rows = p_count - g * kGroupP < kGroupP ? p_count - g * kGroupP : kGroupP;
+    *pt = g * kGroupP + r % rows, *qt = r / rows;
+}
+
+/* check_units for one stream-K piece (HopperParams::sk_ctas): decode_unit against plain division; its (tile, K
+ * block) cells counted in `covered`; and the protocol that makes every wait end: a piece that waits (a tail, which
+ * gathers) is the last that its CTA runs, and the slots it adds are exactly those of the CTAs before it whose runs end
+ * inside its tile, each a stored piece of that tile (`stored` counts, per CTA, the times its slot is read: each must
+ * come to 1 where the CTA stores one). */
+bool check_stream_k_piece(const Plan &pl, const HopperParams &hp, int unit, int p_count, int q_count,
+                          unsigned char *covered, unsigned char *stored, char *why, size_t why_size) {
+    const int kblocks = hp.kblocks, v = unit - pl.whole_units, c = v % pl.grid, j = v / pl.grid;
+    const int64_t blocks = (int64_t)pl.sk_tiles * kblocks;
+    const int64_t run0 = stream_k_run_start(c, blocks, pl.grid), run1 = stream_k_run_start(c + 1, blocks, pl.grid);
+    const int64_t first_tile = run0 / kblocks, pieces = (run1 - 1) / kblocks - first_tile + 1;
+    const Unit w = decode_unit<false, false, true>(hp, unit, 0);
+    if (j >= pieces) {
+        if (w.kb0 != w.kb1) {
+            snprintf(why, why_size, "stream-K unit %d (CTA %d piece %d): K blocks [%d, %d) past the run", unit, c, j,
+                     w.kb0, w.kb1);
+            return false;
+        }
+        return true;
+    }
+    /* The run's tiles from the second on, then the first where the run starts inside it. */
+    const bool starts_inside = run0 % kblocks != 0;
+    const int64_t tile = first_tile + (starts_inside ? (j + 1) % pieces : j), tile0 = tile * kblocks;
+    const int64_t first = run0 > tile0 ? run0 : tile0, end = run1 < tile0 + kblocks ? run1 : tile0 + kblocks;
+    int pt, qt;
+    tile_of(pl.whole_units + (int)tile, p_count, q_count, &pt, &qt);
+    const bool store = end < tile0 + kblocks, gather = first > tile0 && end == tile0 + kblocks;
+    if (w.pt != pt || w.qt != qt || w.kb0 != first - tile0 || w.kb1 != end - tile0 || w.partial ||
+        w.sk_store != store || w.sk_gather != gather || w.sk_tile0 != tile0 || w.p0 != pt * kBP ||
+        w.p_cut != (hp.p_last_rows && pt == pl.p_tiles - 1)) {
+        snprintf(why, why_size, "stream-K unit %d (CTA %d piece %d): decoded P %d Q %d K blocks [%d, %d) store %d "
+                 "gather %d tile at %d, want P %d Q %d [%lld, %lld) store %d gather %d tile at %lld", unit, c, j,
+                 w.pt, w.qt, w.kb0, w.kb1, (int)w.sk_store, (int)w.sk_gather, w.sk_tile0, pt, qt,
+                 (long long)(first - tile0), (long long)(end - tile0), (int)store, (int)gather, (long long)tile0);
+        return false;
+    }
+    if (gather && j != pieces - 1) {
+        snprintf(why, why_size, "stream-K CTA %d piece %d: a tail that waits, not the CTA's last piece", c, j);
+        return false;
+    }
+    if (gather) {
+        /* The kernel's loop: CTAs c - 1, c - 2, .. while their runs start inside the tile, and the one that starts
+         * at or before it. Their pieces must cover the tile's blocks before this one, back to back. */
+        int64_t next = first;
+        for (int d = c - 1;; d--) {
+            const int64_t start = d >= 0 ? stream_k_run_start(d, blocks, pl.grid) : -1;
+            const int64_t stop = d >= 0 ? stream_k_run_start(d + 1, blocks, pl.grid) : -1;
+            if (d < 0 || stop != next || stop <= tile0 || stop >= tile0 + kblocks) {
+                snprintf(why, why_size, "stream-K tail of CTA %d: CTA %d's run ends at %lld, want %lld inside the tile",
+                         c, d, (long long)stop, (long long)next);
+                return false;
+            }
+            stored[d] = stored[d] < 2 ? stored[d] + 1 : 2;
+            next = start;
+            if (start <= tile0) break;
+        }
+    }
+    for (int kb = w.kb0; kb < w.kb1; kb++) { /* counts saturate at 2: "more than once" */
+        unsigned char *cell = &covered[((size_t)pt * pl.q_tiles + qt) * kblocks + kb];
+        *cell = *cell < 2 ? *cell + 1 : 2;
+    }
+    return true;
+}
+
 /* Host check of a plan's unit grid: decode_unit (with the launch's divisors) against the same decode by plain
  * division, and every (tile, K block) covered by exactly one unit, the partial units exactly those whose columns
  * the split-K reduce sums; with row slices (the first units), every P row after the whole tiles in exactly one
@@ -2017,12 +2287,20 @@ bool check_units(const Plan &pl, int64_t m, int64_t n, int64_t k, char *why, siz
     unsigned char *covered = (unsigned char *)calloc(cells, 1);
     /* per P row: the slices that cover it */
     unsigned char *rows_sliced = pl.slice_rows ? (unsigned char *)calloc((size_t)p_rows, 1) : nullptr;
-    if (!covered || (pl.slice_rows && !rows_sliced)) {
-        free(covered), free(rows_sliced);
-        snprintf(why, why_size, "out of host memory (%zu bytes)", cells + (size_t)p_rows);
+    /* per CTA of a stream-K plan: the tails that add its slot */
+    unsigned char *stored = pl.sk_tiles ? (unsigned char *)calloc((size_t)pl.grid, 1) : nullptr;
+    if (!covered || (pl.slice_rows && !rows_sliced) || (pl.sk_tiles && !stored)) {
+        free(covered), free(rows_sliced), free(stored);
+        snprintf(why, why_size, "out of host memory (%zu bytes)", cells + (size_t)p_rows + (size_t)pl.grid);
         return false;
     }
     bool ok = true;
+    if (pl.sk_tiles && (pl.swap || clusters || pl.csplit || pl.splits != 1 || pl.slice_rows ||
+                        pl.whole_units % pl.grid != 0 || pl.units != pl.whole_units + pl.grid * pl.sk_pieces ||
+                        pl.whole_units + pl.sk_tiles != pl.p_tiles * pl.q_tiles)) {
+        snprintf(why, why_size, "stream-K over %d tiles in a plan it does not apply to", pl.sk_tiles);
+        ok = false;
+    }
     if (pl.slice_rows &&
         (!pl.swap || pl.q_tiles != 1 || clusters || pl.csplit || pl.splits != 1 || kBP % pl.slice_rows != 0)) {
         snprintf(why, why_size, "row slices of %d in a plan they do not apply to", pl.slice_rows);
@@ -2044,17 +2322,21 @@ bool check_units(const Plan &pl, int64_t m, int64_t n, int64_t k, char *why, siz
             for (int64_t r = p0; ok && r < p_end; r++) rows_sliced[r] = rows_sliced[r] < 2 ? rows_sliced[r] + 1 : 2;
             continue;
         }
+        if (pl.sk_tiles && unit >= pl.whole_units) {
+            ok = check_stream_k_piece(pl, hp, unit, p_count, q_count, covered, stored, why, why_size);
+            continue;
+        }
         const int u = unit - slices; /* the whole tiles' (and K splits') numbering */
         for (int rank = 0; rank < (clusters ? 2 : 1); rank++) {
-            const Unit w =
-                clusters ? decode_unit<true, false>(hp, unit, rank) : decode_unit<false, true>(hp, unit, rank);
+            const Unit w = clusters      ? decode_unit<true, false>(hp, unit, rank)
+                           : pl.sk_tiles ? decode_unit<false, false, true>(hp, unit, rank)
+                                         : decode_unit<false, true>(hp, unit, rank);
             /* The reference: plain division. */
             const bool whole = u < pl.whole_units;
             const int tail = p_count * q_count - pl.whole_units, v = u - pl.whole_units;
             const int split = whole ? 0 : v / tail, t = whole ? u : pl.whole_units + v % tail;
-            const int g = t / (kGroupP * q_count), r = t % (kGroupP * q_count);
-            const int rows = p_count - g * kGroupP < kGroupP ? p_count - g * kGroupP : kGroupP;
-            int pt = g * kGroupP + r % rows, qt = r / rows;
+            int pt, qt;
+            tile_of(t, p_count, q_count, &pt, &qt);
             pt = pt * pl.pair_p + (pl.pair_p == 2 ? rank : 0);
             qt = qt * pl.pair_q + (pl.pair_q == 2 ? rank : 0);
             const int kb0 = whole ? 0 : split * pl.kb_per_split;
@@ -2105,6 +2387,22 @@ bool check_units(const Plan &pl, int64_t m, int64_t n, int64_t k, char *why, siz
     }
     for (size_t i = (size_t)pl.whole_units * kblocks; ok && pl.slice_rows && i < cells; i++)
         covered[i] = covered[i] ? 2 : 1;
+    for (int c = 0; ok && pl.sk_tiles && c <= pl.grid; c++) {
+        const int64_t start = stream_k_run_start(c, (int64_t)pl.sk_tiles * kblocks, pl.grid);
+        if (stream_k_run(hp, c) != start) {
+            snprintf(why, why_size, "stream-K run %d starts at %d in the kernel, want %lld", c, stream_k_run(hp, c),
+                     (long long)start);
+            ok = false;
+        }
+    }
+    for (int c = 0; ok && pl.sk_tiles && c < pl.grid; c++) {
+        const int64_t end = stream_k_run_start(c + 1, (int64_t)pl.sk_tiles * kblocks, pl.grid);
+        const int want = end % kblocks != 0; /* its run ends inside a tile: that piece stores its slot */
+        if (stored[c] != want) {
+            snprintf(why, why_size, "stream-K CTA %d's slot is added by %d tails, want %d", c, stored[c], want);
+            ok = false;
+        }
+    }
     for (size_t i = 0; ok && i < cells; i++) {
         if (covered[i] != 1) {
             snprintf(why, why_size, "P tile %zu Q tile %zu K block %zu computed %s", i / kblocks / pl.q_tiles,
@@ -2112,7 +2410,7 @@ bool check_units(const Plan &pl, int64_t m, int64_t n, int64_t k, char *why, siz
             ok = false;
         }
     }
-    free(covered), free(rows_sliced);
+    free(covered), free(rows_sliced), free(stored);
     return ok;
 }
 
@@ -2151,10 +2449,11 @@ extern "C" bfp8_status bfp8_hopper_device_cluster_fit(int *clusters) {
     return BFP8_OK;
 }
 
-extern "C" bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, char *why,
-                                        size_t why_size) {
+extern "C" bool bfp8_hopper_check_units(int64_t m, int64_t n, int64_t k, int sms, bool clusters, bool stream_k_all,
+                                        char *why, size_t why_size) {
     PlanKnobs knobs = env_knobs();
     if (clusters) knobs.cluster = kClusterAny;
+    if (stream_k_all) knobs.stream_k = kFeatureAll;
     return check_units(make_plan(m, n, k, sms, kNoClusterFit, knobs), m, n, k, why, why_size);
 }
 

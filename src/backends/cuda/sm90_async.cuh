@@ -129,3 +129,14 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+/* A flag in global memory between CTAs of one grid (hopper's stream-K pieces): the writer's release publishes what
+ * its CTA wrote before it (after a barrier with the threads that wrote), the reader's acquire makes that visible to
+ * what its CTA reads after it (after a barrier with the threads that read). */
+__device__ __forceinline__ void st_release_gpu_u32(unsigned *flag, unsigned v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu_u32(const unsigned *flag) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+    return v;
+}
