@@ -57,9 +57,9 @@ step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/
 # the producer loop, one stage at entry, or every free stage (instead of 4; in GEMM and linear calls alike), the
 # reduce kernel where a plan's K splits would be summed inside clusters, no row slices (the plans before v19), and
 # stream-K nowhere (the plans before v20) or wherever it applies.
-# Commas join one variant's variables. Each full run takes ~45 s on the H200 (~30-40 s with --small), ~11 minutes in
-# all; the other steps take ~7.5, so on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in calls of
-# their own, with GPU_CHECK_VARIANTS="..." naming a part of the list in each.
+# Commas join one variant's variables. Each full run takes ~55 s on the H200 (v21; ~30-40 s with --small), ~14
+# minutes in all; the other steps take ~7.5, so on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in
+# calls of their own, with GPU_CHECK_VARIANTS="..." naming a part of the list in each.
 hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_SLICES=0 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
     BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_EDGE_BOX=0
     BFP8_HOPPER_CLUSTER=1 BFP8_HOPPER_ENTRY_STAGES=0 BFP8_HOPPER_ENTRY_STAGES=1

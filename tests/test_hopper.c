@@ -2,9 +2,9 @@
  * independent double computation of the same quantized inputs (DESIGN section 3 tolerances) and calc_diff against
  * the unquantized product: ragged M x all eight DeepSeek-R1 (N, K) shapes, K and N at their boundaries, every output
  * and bias dtype, both scale formats, the swapped (decode) and normal paths with and without split-K, poisoned
- * outputs, run-to-run determinism, refusals, and bfp8_linear on the device. Option --small: a few small cases, for
- * compute-sanitizer. Without a device it prints "hopper: skipped: <reason>" and checks only what needs none. Timing
- * is `blockfp8 bench`'s job. */
+ * outputs, run-to-run determinism, refusals, bfp8_linear on the device, and stream-K calls on a partition of the
+ * SMs (a green context). Option --small: a few small cases, for compute-sanitizer. Without a device it prints
+ * "hopper: skipped: <reason>" and checks only what needs none. Timing is `blockfp8 bench`'s job. */
 #include "check.h"
 
 #include "internal.h"
@@ -14,7 +14,9 @@
 #include <time.h>
 
 #ifdef BFP8_WITH_CUDA
+#include <cuda.h>         /* green contexts (a partition of the SMs), reached through the runtime's entry points */
 #include <cuda_runtime.h> /* streams and graphs, for the capture test */
+#include <cudaTypedefs.h>
 
 #include "backends/cuda/cuda_glue.h" /* bfp8_hopper_backend, bfp8_hopper_plan_describe */
 
@@ -265,6 +267,28 @@ static bfp8_gemm_args args_of(const operands *o, const acts *a, void *y, bfp8_dt
 
 static float e4m3_table[256];
 
+/* The stream run_and_check launches on: the default one, or test_sm_partition's (kept here rather than passed
+ * through every case). */
+static cudaStream_t run_stream;
+
+/* Waits for the stream, for at most a minute: a kernel that never ends (a stream-K tail waiting for a CTA that never
+ * runs) is reported as a failure instead of hanging the suite. */
+static bfp8_status finish_or_time_out(cudaStream_t stream, const char *label) {
+    const time_t t0 = time(NULL);
+    cudaError_t e;
+    while ((e = cudaStreamQuery(stream)) == cudaErrorNotReady) {
+        if (time(NULL) - t0 > 60) {
+            CHECK(0, "%s: not finished after 60 s (a kernel that does not end); giving up", label);
+            const int rc = TEST_SUMMARY("hopper");
+            fflush(stdout);
+            _Exit(rc);
+        }
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+    return e == cudaSuccess ? BFP8_OK : bfp8_fail(BFP8_ERR_DEVICE, "%s: %s", label, cudaGetErrorString(e));
+}
+
 /* Picks up to `want` distinct indices of [0, count): the ends, block edges, then random ones; all when few. */
 static int64_t pick_indices(int64_t count, int64_t want, int64_t *out) {
     if (count <= want) {
@@ -312,8 +336,14 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
     dev_put(&y_d, y, ybytes);
     bfp8_gemm_args g = args_of(o, a, y_d.p, y_dtype, with_bias ? bias_d.p : NULL, bias_dtype);
     bool ok = true;
-    bfp8_status st = b->gemm(b, &g);
-    if (st == BFP8_OK) st = bfp8_cuda_synchronize(NULL);
+    bfp8_status st = BFP8_OK;
+    if (run_stream) {
+        /* The uploads above went through the legacy stream, which a non-blocking stream does not wait for. */
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "%s: synchronize before the call", label);
+        g.stream = run_stream;
+    }
+    st = b->gemm(b, &g);
+    if (st == BFP8_OK) st = run_stream ? finish_or_time_out(run_stream, label) : bfp8_cuda_synchronize(NULL);
     CHECK(st == BFP8_OK, "%s: gemm: %s", label, bfp8_last_error());
     if (st != BFP8_OK) ok = false;
     if (ok) CHECK_OK(bfp8_cuda_download(y, y_d.p, ybytes));
@@ -499,6 +529,92 @@ static void test_small(const bfp8_backend *b) {
      * warpgroup (M <= 64). */
     sampled_case(b, 200, 7168, 8192, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32, 40, 1 << 20);
     sampled_case(b, 48, 7168, 4096, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32, 40, 1 << 20);
+}
+
+/* Stream-K with fewer SMs than CTAs. The plan is made for all of the device's SMs (132 CTAs), but the calls run on
+ * a stream of a green context, a partition of 16 SMs (what an MPS limit or a serving engine's split of the SMs
+ * gives), so most CTAs start only once others have finished. A tail waits only for CTAs that took their tickets
+ * before it (HopperParams::sk_ticket), which have started, so each call must end, and pass the checks of any case.
+ * Skipped, and said so, where the driver has no green contexts. */
+static void test_sm_partition(const bfp8_backend *b) {
+    static const int64_t shapes[2][3] = {{2100, 2112, 2048}, {1500, 1500, 4096}};
+    int ordinal = 0, sms = 0;
+    CHECK(cudaGetDevice(&ordinal) == cudaSuccess &&
+              cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal) == cudaSuccess,
+          "SM partition test: the device's SM count");
+    for (int i = 0; i < 2; i++) { /* the plans, as the calls will make them (BFP8_HOPPER_STREAMK=0 has none) */
+        char plan[256];
+        bfp8_hopper_plan_describe(shapes[i][0], shapes[i][1], shapes[i][2], sms, plan, sizeof plan);
+        if (!strstr(plan, "stream-K")) {
+            printf("SM partition test: skipped: M=%lld N=%lld K=%lld is not planned as stream-K here (%s)\n",
+                   (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], plan);
+            return;
+        }
+    }
+    PFN_cuDeviceGet_v2000 device_get = NULL;
+    PFN_cuDeviceGetDevResource_v12040 get_resource = NULL;
+    PFN_cuDevSmResourceSplitByCount_v12040 split = NULL;
+    PFN_cuDevResourceGenerateDesc_v12040 make_desc = NULL;
+    PFN_cuGreenCtxCreate_v12040 green_create = NULL;
+    PFN_cuGreenCtxDestroy_v12040 green_destroy = NULL;
+    PFN_cuGreenCtxStreamCreate_v12050 stream_create = NULL;
+    PFN_cuStreamGetGreenCtx_v12040 stream_green = NULL;
+    struct {
+        const char *name;
+        void **fn;
+        int version;
+    } entries[] = {{"cuDeviceGet", (void **)&device_get, 2000},
+                   {"cuDeviceGetDevResource", (void **)&get_resource, 12040},
+                   {"cuDevSmResourceSplitByCount", (void **)&split, 12040},
+                   {"cuDevResourceGenerateDesc", (void **)&make_desc, 12040},
+                   {"cuGreenCtxCreate", (void **)&green_create, 12040},
+                   {"cuGreenCtxDestroy", (void **)&green_destroy, 12040},
+                   {"cuGreenCtxStreamCreate", (void **)&stream_create, 12050},
+                   {"cuStreamGetGreenCtx", (void **)&stream_green, 12040}};
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+        enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion(entries[i].name, entries[i].fn, entries[i].version, cudaEnableDefault,
+                                             &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            printf("SM partition test: skipped: the driver has no %s\n", entries[i].name);
+            return;
+        }
+    }
+    CUdevice dev;
+    CUdevResource all, part;
+    CUdevResourceDesc desc;
+    CUgreenCtx green = NULL, owner = NULL;
+    CUstream stream = NULL;
+    unsigned groups = 1;
+    const char *step = "cuDeviceGet";
+    CUresult r = device_get(&dev, ordinal);
+    if (r == CUDA_SUCCESS) step = "cuDeviceGetDevResource", r = get_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM);
+    if (r == CUDA_SUCCESS) step = "cuDevSmResourceSplitByCount", r = split(&part, &groups, &all, NULL, 0, 16);
+    if (r == CUDA_SUCCESS) step = "cuDevResourceGenerateDesc", r = make_desc(&desc, &part, 1);
+    if (r == CUDA_SUCCESS) step = "cuGreenCtxCreate", r = green_create(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
+    if (r == CUDA_SUCCESS)
+        step = "cuGreenCtxStreamCreate", r = stream_create(&stream, green, CU_STREAM_NON_BLOCKING, 0);
+    if (r == CUDA_SUCCESS) step = "cuStreamGetGreenCtx", r = stream_green(stream, &owner);
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {
+        printf("SM partition test: skipped: %s: not supported here (MPS, or a device without green contexts)\n", step);
+    } else {
+        CHECK(r == CUDA_SUCCESS, "SM partition test: %s failed with CUresult %d", step, (int)r);
+        CHECK(r != CUDA_SUCCESS || (groups == 1 && owner == green && (int)part.sm.smCount < sms),
+              "SM partition test: a stream of a green context of fewer SMs than %d expected (%u groups, %u SMs)", sms,
+              groups, part.sm.smCount);
+    }
+    if (r == CUDA_SUCCESS && owner == green && (int)part.sm.smCount < sms) {
+        printf("SM partition test: stream-K calls of %d CTAs on %u of %d SMs\n", sms, part.sm.smCount, sms);
+        run_stream = (cudaStream_t)stream;
+        sampled_case(b, shapes[0][0], shapes[0][1], shapes[0][2], BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true,
+                     BFP8_DTYPE_F32, 40, 1 << 20);
+        sampled_case(b, shapes[1][0], shapes[1][1], shapes[1][2], BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, false,
+                     BFP8_DTYPE_F32, 40, 1 << 20);
+        run_stream = NULL;
+    }
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+    if (green) green_destroy(green);
 }
 
 /* Clusters of 2..8 CTAs that fit at once on the H200 with the CSPLIT kernels (BFP8_LOG=hopper prints them). */
@@ -953,6 +1069,7 @@ int main(int argc, char **argv) {
     test_small(b);
     test_refusals(b);
     test_linear(small_only);
+    if (!small_only) test_sm_partition(b);
     if (!small_only) test_dsr1(b);
     printf("correctness: %.1f s CPU\n", (double)(clock() - t0) / CLOCKS_PER_SEC);
     test_calc_diff_mean_check("hopper");

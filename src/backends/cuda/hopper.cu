@@ -185,17 +185,19 @@ struct HopperParams {
      * tile's last K block leaves its partial in the CTA's slot of sk_slots and raises its flag (sk_flags, zeroed
      * before the launch); the tail waits for the flags of the CTAs before it whose runs end inside its tile, adds
      * their slots nearest first, and stores the tile. Only a CTA's last piece waits, and only for CTAs with lower
-     * indices, whose slots are written before their own last pieces: the waits form no cycle, and each ends once
-     * the CTAs it waits for have run. The grid is no larger than the SMs with one CTA per SM, so on a device whose
-     * SMs are free all of them run at once; where fewer SMs are available (MPS limits, other kernels still
-     * running) it relies, like other stream-K kernels, on lower-numbered CTAs being dispatched no later than
-     * higher ones (the launch is not cooperative). decode_unit numbers a CTA's pieces whole_units + c + j *
-     * sk_ctas, j = 0, 1, .. (empty past its run). 0 in the other kernels. */
+     * run indices, whose slots are written before their own last pieces: the waits form no cycle, and each ends once
+     * the CTAs it waits for have run. The run index c is not the block index but a ticket, the order in which
+     * the CTAs started (sk_ticket): the CTAs a tail waits for have started, so the waits end even where fewer SMs
+     * than the grid are free (MPS limits, a green context, other kernels still running) and whatever order the
+     * hardware dispatches the CTAs in (the launch is not cooperative). decode_unit numbers a CTA's pieces
+     * whole_units + c + j * sk_ctas, j = 0, 1, .. (empty past its run); the kernel walks its whole tiles by block
+     * index, so whole_units is a multiple of sk_ctas (launch_planned checks). 0 in the other kernels. */
     int sk_ctas, sk_tiles, sk_share, sk_extra; /* (sk_tiles: the plan's, for the host's check; the kernel does not
                                                 * read it) */
     Divisor sk_cta_div, sk_kb_div; /* by sk_ctas and by kblocks */
     float *sk_slots;               /* [sk_ctas][2 warpgroups][stream_k_slot_floats(BQ)]: a piece's partial */
     unsigned *sk_flags;            /* [sk_ctas][2 warpgroups]: 1 once the slot is written */
+    unsigned *sk_ticket;           /* the tickets handed out so far (zeroed with the flags) */
 };
 /* The stamps of a trace build, per CTA (not in time order: the first boxes usually go out at entry, before the CTA
  * synchronizes): its start; the barriers initialized and the CTA synchronized; in the producer's thread: the maps
@@ -400,8 +402,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t tiles_u32 = smem_u32(tiles);
     const uint32_t full0 = smem_u32(bars), empty0 = smem_u32(bars + kStages);
     /* CLUSTER: "the other CTA's stage is free", one arrival by the other CTA's producer per refill (see the
-     * producer loop). The barrier area has room for it in these kernels only (launch_kernel). */
+     * producer loop). STREAMK: the CTA's ticket, in the same room past the barriers (kernel_smem). */
     const uint32_t peer_free0 = smem_u32(bars + 2 * kStages);
+    int *const sk_ticket_smem = (int *)(bars + 2 * kStages);
 
     /* A split-K reduce launched after this grid may start its launch now (it waits for this grid's completion). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -410,7 +413,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warpgroup = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     /* The units this CTA walks: from the block index in steps of the grid, or with clusters from the cluster index
      * in steps of the cluster count (both CTAs of a cluster walk the same units, and rank picks each one's tile of
-     * a unit's pair). Written out where used: helpers for them changed the other kernels' instruction schedule. */
+     * a unit's pair); STREAMK: its stream-K pieces are those of its ticket's run (BFP8_SK_U). Written out where
+     * used: helpers for them changed the other kernels' instruction schedule. */
     const int rank = CLUSTER ? (int)cluster_ctarank() : 0;
     /* CSPLIT: the CTA of rank r in cluster c runs unit r * T + c, split r of tile c (decode_unit numbers the T tiles
      * of one split together). The unit loops below are those of the other kernels, a walk in steps of the cluster
@@ -419,6 +423,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* Written out at each use as macros (#undef after the kernel): as variables or helpers computed once, they
      * changed the other kernels' code (checked in the SASS; v10 saw the same with lambdas). */
 #define BFP8_U_FIRST (CSPLIT ? split_rank * p.tail_tiles.d + (int)cluster_id_x() : (CLUSTER ? blockIdx.x / 2 : blockIdx.x))
+/* STREAMK: unit u of the walk, the stream-K pieces renumbered from the block index's run to the ticket's. */
+#define BFP8_SK_U(u) ((int)(u) >= p.whole_units ? (int)(u) - (int)blockIdx.x + sk_cta : (int)(u))
 #define BFP8_U_END (CSPLIT ? (split_rank + 1) * p.tail_tiles.d : p.units)
 #define BFP8_U_STEP (CSPLIT ? (int)cluster_count_x() : (CLUSTER ? gridDim.x / 2 : gridDim.x))
     /* The producer's loads (thread 0, at entry and in the producer loop). A unit's boxes: the smaller one for a
@@ -475,7 +481,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned long long *trace = kTraceBuild && p.trace ? p.trace + (size_t)blockIdx.x * kTraceSlots : nullptr;
     if (trace && threadIdx.x == 0) trace[kTraceStart] = global_ns();
     int entry_issued = 0; /* thread 0: stages of the first unit whose loads were issued at entry */
+    /* STREAMK: the CTA's stream-K run, its ticket (HopperParams::sk_ticket), taken first so that the atomic's round
+     * trip overlaps the setup below; every thread reads it after the CTA's barrier. Its whole tiles stay those of
+     * its block index: the hardware spreads consecutive block indices, so tiles that share operands run on SMs far
+     * apart, and assigning the whole tiles by ticket cost M=4096 2112x7168 3 us (v21). */
+    int sk_cta = 0;
     if (threadIdx.x == 0) {
+        if (STREAMK) sk_cta = (int)atomicAdd(p.sk_ticket, 1u);
         /* First thing, before the barriers are set up. (v14 read the ~0.85 us from this request to the first load
          * as the descriptor's fetch; timed alone, bench/first_load.cu, a first TMA load's instruction takes 64 ns and
          * its bytes land as soon with or without the prefetch (v15). Kept: it costs nothing.) */
@@ -492,6 +504,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (STREAMK) *sk_ticket_smem = sk_cta;
         if (trace) trace[kTraceBarriersReady] = global_ns();
         /* The first unit's first stages, issued here rather than from the producer loop (empty barriers start
          * free; the expected bytes cover the whole stage): the weights, and the activations too unless they come
@@ -501,7 +514,8 @@ __global__ void __launch_bounds__(kThreads, 1)
          * loads into the other CTA wait for the cluster's barrier. */
         const int entry_max = min(kStages, p.entry_stages);
         if (!CLUSTER && entry_max > 0 && (CSPLIT ? BFP8_U_FIRST < BFP8_U_END : (int)blockIdx.x < p.units)) {
-            const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
+            const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(
+                p, CSPLIT ? BFP8_U_FIRST : STREAMK ? BFP8_SK_U(blockIdx.x) : blockIdx.x, rank);
             if (trace) trace[kTraceUnitDecoded] = global_ns();
             for (int kb = unit.kb0; kb < unit.kb1 && entry_issued < entry_max; kb++, entry_issued++) {
                 mbar_arrive_expect_tx(full0 + 8 * entry_issued, stage_bytes(unit));
@@ -519,6 +533,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  * shared memory */
     else
         __syncthreads();
+    if (STREAMK) sk_cta = __shfl_sync(0xffffffffu, *sk_ticket_smem, 0); /* (warp-uniform, as entry_issued below) */
     if (trace && threadIdx.x == 0) trace[kTraceSynced] = global_ns();
 
     if (warpgroup == 0) {
@@ -548,7 +563,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             asm volatile("griddepcontrol.wait;\n" ::: "memory");
             if (trace) trace[kTraceDepWaited] = global_ns();
             if (p.dependent && entry_issued) {
-                const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, CSPLIT ? BFP8_U_FIRST : blockIdx.x, rank);
+                const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(
+                    p, CSPLIT ? BFP8_U_FIRST : STREAMK ? BFP8_SK_U(blockIdx.x) : blockIdx.x, rank);
 #pragma unroll 1
                 for (int i = 0; i < entry_issued; i++) load_acts(i, unit, unit.kb0 + i);
                 if (trace) trace[kTraceFirstIssued] = global_ns();
@@ -557,7 +573,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             int stage = entry_issued % kStages, issued = entry_issued, skip = entry_issued;
             uint32_t phase = entry_issued == kStages;
             for (int u = BFP8_U_FIRST; u < BFP8_U_END; u += BFP8_U_STEP) {
-                const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, u, rank);
+                const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, STREAMK ? BFP8_SK_U(u) : u, rank);
                 for (int kb = unit.kb0 + skip; kb < unit.kb1; kb++, issued++) {
                     mbar_wait(empty0 + 8 * stage, phase ^ 1);
                     /* A refill writes half of the shared tile into the other CTA too; the first fill of each stage
@@ -700,7 +716,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
         int units_done = 0;
         for (int u = BFP8_U_FIRST; u < BFP8_U_END; u += BFP8_U_STEP) {
-            const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, u, rank);
+            const Unit unit = decode_unit<CLUSTER, kSlices, STREAMK>(p, STREAMK ? BFP8_SK_U(u) : u, rank);
             if (STREAMK && unit.kb0 == unit.kb1) continue; /* past this CTA's stream-K run */
             const int pt = unit.pt, qt = unit.qt, split = unit.split;
             const int kb0 = unit.kb0, kb1 = unit.kb1;
@@ -768,7 +784,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                  * tile's tail, the slots of the CTAs before it whose runs end inside the tile are added, nearest
                  * first. Each thread keeps its own fragment elements at the same place in every slot: [BQ / 8][128]
                  * float4s. */
-                const int cta = blockIdx.x;
+                const int cta = sk_cta;
                 static_assert(stream_k_slot_floats(BQ) == BQ / 8 * 128 * 4, "a slot: [BQ / 8][128] float4s");
                 auto slot = [&](int c) { return (float4 *)p.sk_slots + (size_t)(c * 2 + wg) * (BQ / 8) * 128 + t; };
                 if (unit.sk_store) {
@@ -1039,6 +1055,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #undef BFP8_U_FIRST
 #undef BFP8_U_END
 #undef BFP8_U_STEP
+#undef BFP8_SK_U
 
 /* Sums the split-K partials of columns [n0, n) in split order, adds the bias, rounds once (columns below n0 came
  * from whole tiles, written by the GEMM). With vec (n and n0 multiples of 4, y 16-byte aligned) each thread handles
@@ -1651,19 +1668,20 @@ struct KernelLaunch {
     KernelLaunch(const KernelLaunch &) = delete; /* cfg points into the object */
 };
 
-/* Dynamic shared memory of a kernel: CLUSTER kernels keep one more barrier per stage (peer_free), in Config's 256
- * bytes of slack. */
-template <int BQ, bool SWAP, bool CLUSTER> constexpr int kernel_smem() {
-    return Config<BQ, SWAP>::kSmemBytes + (CLUSTER ? 8 * Config<BQ, SWAP>::kStages : 0);
+/* Dynamic shared memory of a kernel: CLUSTER kernels keep one more barrier per stage (peer_free), STREAMK kernels
+ * their ticket in the same room, in Config's 256 bytes of slack. */
+template <int BQ, bool SWAP, bool CLUSTER, bool STREAMK = false> constexpr int kernel_smem() {
+    return Config<BQ, SWAP>::kSmemBytes + (CLUSTER || STREAMK ? 8 * Config<BQ, SWAP>::kStages : 0);
 }
 
 /* Raises a kernel's dynamic shared-memory limit to what it uses, once (before its launch or an occupancy query). */
 template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT, bool STREAMK = false> cudaError_t allow_kernel_smem() {
-    static_assert(Config<BQ, SWAP>::kSmemBytes + 8 * Config<BQ, SWAP>::kStages <= kMaxSmem, "peer_free barriers");
+    static_assert(Config<BQ, SWAP>::kSmemBytes + 8 * Config<BQ, SWAP>::kStages <= kMaxSmem, "peer_free barriers / stream-K ticket");
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (attr_set) return cudaSuccess;
     cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CLUSTER, CSPLIT, STREAMK>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kernel_smem<BQ, SWAP, CLUSTER>());
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         kernel_smem<BQ, SWAP, CLUSTER, STREAMK>());
     attr_set = e == cudaSuccess;
     return e;
 }
@@ -1674,7 +1692,7 @@ template <int BQ, bool SWAP, bool CLUSTER, bool CSPLIT = false, bool STREAMK = f
 cudaError_t launch_kernel(const KernelMaps<CLUSTER> &maps, const HopperParams &hp, int grid, cudaStream_t stream,
                           int *launched) {
     auto kernel = hopper_gemm_kernel<BQ, SWAP, CLUSTER, CSPLIT, STREAMK>;
-    const int smem = kernel_smem<BQ, SWAP, CLUSTER>();
+    const int smem = kernel_smem<BQ, SWAP, CLUSTER, STREAMK>();
     cudaError_t e = allow_kernel_smem<BQ, SWAP, CLUSTER, CSPLIT, STREAMK>();
     if (e != cudaSuccess) return e;
     *launched = grid;
@@ -1716,9 +1734,10 @@ cudaError_t launch_planned(const Plan &pl, const ClusterTensorMaps &maps, const 
                        : launch_kernel<64, false, false, true>(maps, hp, pl.units, stream, launched);
     }
     if (pl.sk_tiles) {
-        /* One CTA per SM and no more CTAs than SMs: a stream-K tail waits for the CTAs before it
-         * (HopperParams::sk_ctas). */
-        if (pl.swap || cluster || pl.grid != hp.sk_ctas || (pl.bq != 64 && pl.bq != 128))
+        /* The grid is the runs, one CTA per SM (HopperParams::sk_ctas); the whole tiles are a number of its waves,
+         * walked by block index, and every CTA walks as many pieces (BFP8_SK_U renumbers them by ticket). */
+        if (pl.swap || cluster || pl.grid != hp.sk_ctas || pl.whole_units % pl.grid ||
+            pl.units != pl.whole_units + pl.grid * pl.sk_pieces || (pl.bq != 64 && pl.bq != 128))
             return cudaErrorInvalidConfiguration;
         return pl.bq == 64 ? launch_kernel<64, false, false, false, true>(maps, hp, pl.grid, stream, launched)
                            : launch_kernel<128, false, false, false, true>(maps, hp, pl.grid, stream, launched);
@@ -2084,13 +2103,15 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
         BFP8_TRY(workspace((size_t)pl.splits * (size_t)m * (size_t)n * sizeof(float)));
         hp.workspace = (float *)ws;
     } else if (pl.sk_tiles) {
-        /* Stream-K: a partial slot per CTA and consumer warpgroup (64 x bq fp32), then their flags, zeroed here
-         * (the pool's memory holds anything; a flag left from another call would let a tail read a stale slot). */
+        /* Stream-K: a partial slot per CTA and consumer warpgroup (64 x bq fp32), then their flags and the ticket
+         * counter, zeroed here (the pool's memory holds anything; a flag left from another call would let a tail
+         * read a stale slot). */
         const size_t slot_bytes = (size_t)pl.grid * 2 * stream_k_slot_floats(pl.bq) * sizeof(float);
-        const size_t flag_bytes = (size_t)pl.grid * 2 * sizeof(unsigned);
+        const size_t flag_bytes = ((size_t)pl.grid * 2 + 1) * sizeof(unsigned);
         BFP8_TRY(workspace(slot_bytes + flag_bytes));
         hp.sk_slots = (float *)ws;
         hp.sk_flags = (unsigned *)((char *)ws + slot_bytes);
+        hp.sk_ticket = hp.sk_flags + (size_t)pl.grid * 2;
         if (cudaMemsetAsync(hp.sk_flags, 0, flag_bytes, stream) != cudaSuccess) {
             bfp8_cuda_free_async(ws, args->stream);
             if (trace_d) bfp8_cuda_free_async(trace_d, args->stream);
