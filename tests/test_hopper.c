@@ -271,7 +271,7 @@ static float e4m3_table[256];
  * through every case). */
 static cudaStream_t run_stream;
 
-/* Waits for the stream, for at most a minute: a kernel that never ends (a stream-K tail waiting for a CTA that never
+/* Waits for run_stream's call, for at most a minute: a kernel that never ends (a stream-K tail waiting for a CTA that never
  * runs) is reported as a failure instead of hanging the suite. */
 static bfp8_status finish_or_time_out(cudaStream_t stream, const char *label) {
     const time_t t0 = time(NULL);
@@ -336,13 +336,12 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
     dev_put(&y_d, y, ybytes);
     bfp8_gemm_args g = args_of(o, a, y_d.p, y_dtype, with_bias ? bias_d.p : NULL, bias_dtype);
     bool ok = true;
-    bfp8_status st = BFP8_OK;
     if (run_stream) {
         /* The uploads above went through the legacy stream, which a non-blocking stream does not wait for. */
         CHECK(cudaDeviceSynchronize() == cudaSuccess, "%s: synchronize before the call", label);
         g.stream = run_stream;
     }
-    st = b->gemm(b, &g);
+    bfp8_status st = b->gemm(b, &g);
     if (st == BFP8_OK) st = run_stream ? finish_or_time_out(run_stream, label) : bfp8_cuda_synchronize(NULL);
     CHECK(st == BFP8_OK, "%s: gemm: %s", label, bfp8_last_error());
     if (st != BFP8_OK) ok = false;
