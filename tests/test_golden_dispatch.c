@@ -105,7 +105,7 @@ static void test_h200_table(void) {
     p = layer_problem(BFP8_DEVICE_CUDA, 128, &H200_TABLE[3], BFP8_DTYPE_BF16);
     p.arch = 89;
     expect_pin(h200, 5, "o_proj (sm_89)", &p, "cuda_generic");
-    /* A K whose block count is not a multiple of 4 is one cuBLASLt cannot read scales for: hopper takes it. */
+    /* A K whose block count is not a multiple of 4 (cuBLASLt then needs its weight scales restrided): hopper. */
     golden_row odd = {"K=1152", 7168, 1152, {0}};
     p = layer_problem(BFP8_DEVICE_CUDA, 128, &odd, BFP8_DTYPE_BF16);
     expect_pin(h200, 5, "K=1152", &p, "hopper");
