@@ -292,8 +292,12 @@ def main():
             for obj, method, name, note in runs:
                 fn = getattr(obj, method)
                 obj.output().fill_(float("nan"))  # poison: every element must be written
-                fn()
-                torch.cuda.synchronize()
+                try:
+                    fn()  # DeepGEMM compiles its kernel for the shape here
+                    torch.cuda.synchronize()
+                except (RuntimeError, AssertionError) as e:
+                    print(f"{name:<20} {m:6d} {n:6d} {k:6d} n/a: {str(e).strip().splitlines()[0]}", flush=True)
+                    continue
                 err = rel_err(obj.output(), ref)
                 ok = math.isfinite(err) and err < 1e-2
                 failures += not ok

@@ -84,7 +84,7 @@ typedef struct lt_plan {
 typedef struct lt_stream_buffer {
     int device;
     cudaStream_t stream;
-    void *base; /* LT_WORKSPACE_BYTES */
+    uint8_t *base; /* LT_WORKSPACE_BYTES, from cudaMalloc (256-byte aligned) */
 } lt_stream_buffer;
 
 static struct {
@@ -137,6 +137,16 @@ static unsigned lt_alignment(const void *p) {
 }
 
 static size_t lt_piece(size_t bytes) { return (size_t)bfp8_round_up((int64_t)bytes, LT_PIECE_ALIGN); }
+
+/* Pool memory for `bytes` whose start is LT_PIECE_ALIGN-aligned (cuBLASLt wants its workspace 256-byte aligned,
+ * and plans are keyed by alignment, so pool and persistent memory must look alike); *raw is what to free. */
+static bfp8_status lt_pool_alloc(size_t bytes, cudaStream_t stream, uint8_t **raw, uint8_t **aligned) {
+    *raw = *aligned = NULL;
+    if (!bytes) return BFP8_OK;
+    BFP8_TRY(bfp8_cuda_malloc_async((void **)raw, bytes + LT_PIECE_ALIGN, stream));
+    *aligned = *raw + (LT_PIECE_ALIGN - (uintptr_t)*raw % LT_PIECE_ALIGN) % LT_PIECE_ALIGN;
+    return BFP8_OK;
+}
 
 /* ---- environment ------------------------------------------------------------------------------------------- */
 
@@ -225,10 +235,10 @@ static bfp8_status lt_tune(const lt_plan *p, const cublasLtMatmulHeuristicResult
     size_t ws_bytes = 0;
     for (int i = 0; i < count; i++)
         if (cand[i].workspaceSize > ws_bytes) ws_bytes = cand[i].workspaceSize;
-    void *ws = NULL;
+    uint8_t *ws_raw = NULL, *ws = NULL;
     cudaEvent_t ev[2 * LT_TUNE_RUNS];
     int created = 0;
-    bfp8_status st = bfp8_cuda_malloc_async(&ws, ws_bytes, s->stream);
+    bfp8_status st = lt_pool_alloc(ws_bytes, s->stream, &ws_raw, &ws);
     cudaError_t err = cudaSuccess;
     for (; st == BFP8_OK && created < 2 * LT_TUNE_RUNS; created++)
         if ((err = cudaEventCreate(&ev[created])) != cudaSuccess) st = bfp8_cuda_error(err, "cublaslt: tuning events");
@@ -266,7 +276,7 @@ static bfp8_status lt_tune(const lt_plan *p, const cublasLtMatmulHeuristicResult
         }
     }
     for (int i = 0; i < created; i++) cudaEventDestroy(ev[i]);
-    if (ws) bfp8_cuda_free_async(ws, s->stream);
+    if (ws_raw) bfp8_cuda_free_async(ws_raw, s->stream);
     return st;
 }
 
@@ -413,8 +423,9 @@ static bfp8_status lt_handle(int device, cublasLtHandle_t *out) {
 /* The stream's persistent buffer (LT_WORKSPACE_BYTES), made on first use; NULL during a capture that finds none,
  * when the table is full, when the allocation fails, and for cudaStreamPerThread, which names another stream in
  * each thread (the caller then takes pool memory). Call with the lock held. The allocation runs in relaxed
- * capture mode, so that it cannot invalidate another thread's capture. */
-static void *stream_buffer(int device, cudaStream_t stream, bool capturing) {
+ * capture mode, so that it cannot invalidate another thread's capture. As with torch's per-stream workspace, a
+ * stream destroyed with work pending and a new one created at the same address would share the buffer. */
+static uint8_t *stream_buffer(int device, cudaStream_t stream, bool capturing) {
     if (stream == cudaStreamPerThread) return NULL;
     for (int i = 0; i < g_lt.nbuffers; i++)
         if (g_lt.buffers[i].device == device && g_lt.buffers[i].stream == stream) return g_lt.buffers[i].base;
@@ -431,7 +442,7 @@ static void *stream_buffer(int device, cudaStream_t stream, bool capturing) {
         (void)cudaGetLastError();
         return NULL;
     }
-    g_lt.buffers[g_lt.nbuffers++] = (lt_stream_buffer){.device = device, .stream = stream, .base = p};
+    g_lt.buffers[g_lt.nbuffers++] = (lt_stream_buffer){.device = device, .stream = stream, .base = (uint8_t *)p};
     return p;
 }
 
@@ -503,7 +514,7 @@ static bfp8_status lt_gemm(const bfp8_backend *self, const bfp8_gemm_args *args)
     }
 
     pthread_mutex_lock(&g_lt.lock);
-    uint8_t *pool_scratch = NULL, *pool_ws = NULL;
+    uint8_t *pool_scratch = NULL, *pool_ws = NULL; /* to free */
     lt_shared s = {.device = device, .n = n, .k = k, .w = args->b, .w_scales = args->b_scales.data,
                    .bias = args->bias, .bias_dtype = (int)args->bias_dtype, .out_dtype = (int)args->y_dtype,
                    .stream = stream};
@@ -512,10 +523,8 @@ static bfp8_status lt_gemm(const bfp8_backend *self, const bfp8_gemm_args *args)
     lt_plan *plans[2] = {NULL, NULL};
     bfp8_status st = lt_handle(device, &s.handle);
     uint8_t *buf = st == BFP8_OK ? stream_buffer(device, stream, capturing) : NULL, *scratch = buf;
-    if (st == BFP8_OK && sc.total && (!buf || sc.total > LT_WORKSPACE_BYTES)) {
-        st = bfp8_cuda_malloc_async((void **)&pool_scratch, sc.total, stream);
-        scratch = pool_scratch;
-    }
+    if (st == BFP8_OK && sc.total && (!buf || sc.total > LT_WORKSPACE_BYTES))
+        st = lt_pool_alloc(sc.total, stream, &pool_scratch, &scratch);
     if (st != BFP8_OK) goto done;
 
     /* Copies into the scratch, enqueued before the GEMMs that read them. */
@@ -567,7 +576,7 @@ static bfp8_status lt_gemm(const bfp8_backend *self, const bfp8_gemm_args *args)
         const size_t ws_at = lt_piece(sc.total);
         if (buf && scratch == buf && ws_at + ws_need <= LT_WORKSPACE_BYTES) ws = buf + ws_at;
         else if (buf && scratch != buf && ws_need <= LT_WORKSPACE_BYTES) ws = buf;
-        else if ((st = bfp8_cuda_malloc_async((void **)&pool_ws, ws_need, stream)) == BFP8_OK) ws = pool_ws;
+        else st = lt_pool_alloc(ws_need, stream, &pool_ws, &ws);
     }
     for (int i = 0; i < ncalls && st == BFP8_OK; i++)
         st = lt_enqueue(plans[i], &plans[i]->algo, &s, &calls[i], ws, ws_need);
