@@ -24,9 +24,10 @@
  * - 16-byte alignment of pointers and leading dimensions: K % 16 and N % 8 (16-byte output rows) in the caps,
  *   pointers checked per call.
  *
- * Algorithms: the heuristic's first choice under a 32 MiB workspace cap (cuBLAS's size for Hopper; torch's cap
- * is 1 MiB, which rules out split-K algorithms that ran 1.2-1.3x faster at M = 64-128 on the H200), cached per
- * shape (M as posed, N, K, dtypes, pointer alignments) with its descriptors in a mutex-guarded LRU table.
+ * Algorithms: the heuristic's first choice under a 32 MiB workspace cap (cuBLAS's size for Hopper), cached per
+ * shape (M as posed, N, K, dtypes, pointer alignments) with its descriptors in a mutex-guarded LRU table. torch's
+ * cap is 1 MiB: on the H200 (BENCHMARKS.md, 2026-12-04) its choice ran 1.14-1.29x slower at M = 64 and 128 on
+ * four of the eight DeepSeek-R1 shapes, and up to 9% faster in other cells, so neither cap is best everywhere.
  * BFP8_CUBLASLT_TUNE=1 instead times the heuristic's first candidates and torch's choice on the call's own
  * operands the first time a shape is seen, and keeps the fastest: a host synchronization per new shape (never
  * during graph capture), so it is opt-in. The lock is held through the enqueue because the scale and bias
