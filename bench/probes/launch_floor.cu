@@ -1,14 +1,13 @@
-/* The fixed costs under the bench's timing method, measured on their own (bench/hopper-notes.md, v6).
+/* The fixed costs under the bench's timing method, measured on their own (docs/hopper.md, "Floors").
  *
  * Every figure is the median of event-to-event times with the L2 flushed clean before each run, exactly as
  * `blockfp8 bench --device cuda` times a GEMM: the floor a decode-sized GEMM cannot go under, and the price of
  * each piece a split-K GEMM adds (a memset, a second kernel launched as a programmatic dependent). The read
  * kernel streams a weight-sized buffer with 16-byte loads from 1, 2 or 4 CTAs per SM, so its time over bytes is
- * the read rate a GEMM's weight stream can hope for. Since v13 the bench also spins the GPU ~100 us between the
- * flush and the start event (bfp8_cuda_time's hold), and so does this tool: v6's figures were measured without it,
- * v14's (bench/RESULTS.md, the README) with it.
+ * the read rate a GEMM's weight stream can hope for. The bench spins the GPU ~100 us between the flush and the
+ * start event (bfp8_cuda_time's hold), and so does this tool. bench/RESULTS.md has its figures.
  *
- *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o build/launch_floor bench/launch_floor.cu && build/launch_floor
+ *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o build/launch_floor bench/probes/launch_floor.cu && build/launch_floor
  */
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-/* For the standalone GPU tools in bench/ (launch_floor.cu, first_load.cu): a failed CUDA call ends the tool with
+/* For the standalone GPU probes in bench/probes/ (launch_floor.cu, first_load.cu): a failed CUDA call ends the tool with
  * its file, line, call and message. */
 #pragma once
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
-/* What a CTA's first load costs, by the way it is issued (bench/hopper-notes.md, v15).
+/* What a CTA's first load costs, by the way it is issued (docs/hopper.md, "Floors").
  *
  * The hopper kernel's first TMA load issued ~0.85 us after its tensor maps were prefetched, wherever the prefetch
- * was (v14), and the loads after it in ~0.05 us each: was that the descriptor's fetch? (No: v15.) This tool times
+ * was, and the loads after it in ~0.05 us each: was that the descriptor's fetch? (No.) This tool times
  * one CTA a SM issuing its first 16 KB (128 rows x 128 bytes of a [32768][512] byte matrix, the swapped decode
  * path's first weight box) in each of the ways below, and reports medians over the CTAs of %globaltimer stamps
  * taken by the issuing thread:
@@ -10,15 +10,15 @@
  *   land   from the issue to the data being in shared memory (the mbarrier's phase completing).
  * Each mode runs with the L2 as the previous launch left it (keep) and after a 512 MB memset (dirty).
  *
- *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o build/first_load bench/first_load.cu
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o build/first_load bench/probes/first_load.cu
  *   build/first_load
  */
 #include <cuda.h> /* CUtensorMap; the encoder is reached through cudaGetDriverEntryPointByVersion */
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled_v12000 */
 
-#include "../src/backends/cuda/sm90_async.cuh" /* mbar_*, tma_load_2d, global_ns */
-#include "tool_check.h"                        /* CK */
+#include "../../src/backends/cuda/sm90_async.cuh" /* mbar_*, tma_load_2d, global_ns */
+#include "tool_check.h"                           /* CK */
 
 #include <algorithm>
 #include <stdint.h>
