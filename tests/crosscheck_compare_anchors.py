@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checks the committed benchmark data (bench/data/) and scripts/compare-anchors.py, which compares `blockfp8 bench`
 JSON with it: every anchor table covers the DeepSeek-R1 table exactly, the shape list agrees with the one the CLI,
-the model bench and the Triton baseline use, and the script's ratios, counts, variant choice and errors are right,
-against the committed anchors and against a same-run JSON.
+the model bench and the Triton baseline use, no benchmark file or doc names a file outside the repository, and the
+script's ratios, counts, variant choice and errors are right, against the committed anchors and against a same-run
+JSON.
 
     python3 tests/crosscheck_compare_anchors.py [--build DIR]   (DIR unused: no binary is involved)
 """
@@ -76,9 +77,17 @@ def check_data():
         flops = 2.0 * int(r["groups"]) * int(r["rows_per_group"]) * int(r["n"]) * int(r["k"])
         tflops = flops / (float(r["deepgemm_us"]) * 1e-6) / 1e12
         check(abs(tflops / float(r["deepgemm_tflops"]) - 1) < 0.01, f"moe anchor: TFLOP/s of {r}")
-    for name in ("compare-anchors.py",):
-        text = open(os.path.join(ROOT, "scripts", name), encoding="utf-8").read()
-        check("../shared" not in text and "BENCHMARKS.md" not in text, f"scripts/{name} names a file outside")
+    # The benchmark files and the docs name no file outside the repository (the strings are split so that this
+    # file does not name them either).
+    outside = [".." + "/shared", "shared" + "/", "BENCHMARKS" + ".md", "DESIGN" + ".md", "FACTS" + ".md"]
+    files = [os.path.join(ROOT, "scripts", "compare-anchors.py")]
+    for top in ("bench", "docs"):
+        for d, _, names in os.walk(os.path.join(ROOT, top)):
+            files += [os.path.join(d, n) for n in names if n.endswith((".md", ".py", ".csv", ".c", ".cu", ".h"))]
+    for path in files:
+        text = open(path, encoding="utf-8").read()
+        bad = [o for o in outside if o in text]
+        check(not bad, f"{os.path.relpath(path, ROOT)} names a file outside the repository: {bad}")
 
 
 def check_script():
