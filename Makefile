@@ -144,7 +144,7 @@ quant-bench: $(BUILD)/quant_bench
 # Standalone GPU measurement tools (one nvcc command each, no library): the fixed costs of a GPU call and what a
 # CTA's first load costs (bench/RESULTS.md, hopper-notes v14-v15). `make test` compiles them wherever nvcc is.
 GPU_TOOLS := $(BUILD)/launch_floor $(BUILD)/first_load
-$(GPU_TOOLS): $(BUILD)/%: bench/%.cu bench/tool_check.h src/backends/cuda/sm90_async.cuh
+$(GPU_TOOLS): $(BUILD)/%: bench/probes/%.cu bench/probes/tool_check.h src/backends/cuda/sm90_async.cuh
 	@mkdir -p $(BUILD)
 	$(NVCC) -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o $@ $<
 gpu-tools: $(if $(filter 1,$(WITH_CUDA)),$(GPU_TOOLS))

@@ -4,9 +4,10 @@
     python3 bench/triton_baseline.py --json OUT.json [--l2 dirty|clean] [--m 1,16,...] [--shapes NxK,...]
                                      [--iters 20] [--warmup 3] [--config BM16_BN64_w4_s3]
 
-Issue 4's target is that cuda_generic is at least as fast as "the Triton column" of shared/BENCHMARKS.md: the
-block-FP8 Triton kernel that SGLang and vLLM fall back to, best of a small config sweep. That column was measured in
-another run with a flush we cannot inspect, so this script measures such a kernel next to blockfp8 on the same GPU.
+The portable CUDA kernel (cuda_generic) is held to the block-FP8 Triton kernel that SGLang and vLLM fall back to. The
+anchor figures of that kernel (bench/data/anchors-h200-2026-11-30.csv, column triton_us: best of a small config sweep)
+come from another run with a flush we cannot inspect, so this script measures such a kernel next to blockfp8 on the
+same GPU. Shapes and token counts default to the DeepSeek-R1 table of bench/data (dsr1_shapes.csv, dsr1_m.csv).
 
 The kernel is written here (not copied from an engine), in the form those engines use: one program per BM x BN output
 tile in grouped order; per 128-deep K block, an fp8 tl.dot into fp32 (wgmma on Hopper), multiplied by the block's
@@ -14,7 +15,7 @@ activation scales (per row) and weight scale (per 128 columns) and added to an f
 and no swap-AB, as in the engines' kernel. Each cell takes the fastest of a config sweep (BM, BN, warps, stages),
 which is also how the anchor column was made.
 
-Timing mirrors bfp8_cuda_time (src/backends/cuda/cuda_runtime.c): before each timed call the L2 is flushed by
+Timing mirrors the timer of `blockfp8 bench --device cuda`: before each timed call the L2 is flushed by
 writing (dirty, the default: the same as triton.testing.do_bench's zero_()) or reading (clean) twice its size; CUDA
 events around the call; the median of --iters calls after --warmup. One difference: a ~100 µs GPU spin between the
 flush and the first event, so that the Python launch (tens of µs of host time, where blockfp8's C launch takes a few)
@@ -23,8 +24,10 @@ product of the dequantized operands (relative Frobenius error, tolerance 1e-2 fo
 Records are those of `blockfp8 bench --json` with backend "triton" and the winning config.
 """
 import argparse
+import csv
 import json
 import math
+import os
 import statistics
 import sys
 
@@ -32,8 +35,18 @@ import torch
 import triton
 import triton.language as tl
 
-DSR1 = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (36864, 7168), (7168, 18432), (4096, 7168),
-        (7168, 2048)]
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def dsr1_table():
+    """The DeepSeek-R1 table of bench/data: [(N, K)] of its eight layers, and its token counts as "1,16,..."."""
+    with open(os.path.join(DATA, "dsr1_shapes.csv"), newline="", encoding="utf-8") as f:
+        shapes = [(int(r["n"]), int(r["k"])) for r in csv.DictReader(f)]
+    with open(os.path.join(DATA, "dsr1_m.csv"), newline="", encoding="utf-8") as f:
+        ms = ",".join(r["m"] for r in csv.DictReader(f))
+    return shapes, ms
+
+
 BLOCK = 128  # the quantization block: 1x128 activation groups, 128x128 weight blocks
 
 
@@ -167,7 +180,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", required=True)
     ap.add_argument("--l2", choices=["dirty", "clean"], default="dirty")
-    ap.add_argument("--m", default="1,16,64,128,512,4096")
+    dsr1_shapes, dsr1_ms = dsr1_table()
+    ap.add_argument("--m", default=dsr1_ms)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--shapes", help="N x K pairs (default: the eight DeepSeek-R1 layers)")
@@ -175,7 +189,7 @@ def main():
     ap.add_argument("--sweep-iters", type=int, default=7, help="timed calls per config during the sweep")
     a = ap.parse_args()
     try:
-        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")] if a.shapes else DSR1
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")] if a.shapes else dsr1_shapes
     except ValueError:
         sys.exit(f"triton_baseline: --shapes {a.shapes!r}: expected N x K pairs such as 2112x7168,7168x2048")
     if any(len(s) != 2 or s[0] <= 0 or s[1] <= 0 or s[1] % BLOCK for s in shapes):
