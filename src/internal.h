@@ -126,4 +126,9 @@ void bfp8_cuda_generic_force_mma_sync(bool on);
 bfp8_status bfp8_cuda_malloc_async(void **ptr, size_t bytes, void *stream);
 bfp8_status bfp8_cuda_free_async(void *ptr, void *stream);
 
+/* The tensors of a DeepSeek-format weight in an open file (NAME, NAME_scale_inv), validated: borrowed q [n, k] and
+ * a row-major scale descriptor over the file's data. What bfp8_weight_load and the shard loader read from. */
+bfp8_status bfp8_weight_tensors(const bfp8_safetensors *f, const char *name, const uint8_t **q, int64_t *n,
+                               int64_t *k, bfp8_scales *scales);
+
 #endif

@@ -199,9 +199,9 @@ void bfp8_weight_free(bfp8_weight *w) {
     free(w);
 }
 
-bfp8_status bfp8_weight_load(const bfp8_safetensors *f, const char *name, bfp8_weight **out) {
-    BFP8_CHECK_ARG(f && name && out, "weight_load: NULL argument");
-    *out = NULL;
+bfp8_status bfp8_weight_tensors(const bfp8_safetensors *f, const char *name, const uint8_t **q_out, int64_t *n_out,
+                               int64_t *k_out, bfp8_scales *scales_out) {
+    BFP8_CHECK_ARG(f && name && q_out && n_out && k_out && scales_out, "weight_load: NULL argument");
     const bfp8_tensor *q = bfp8_safetensors_find(f, name);
     if (!q) return bfp8_fail(BFP8_ERR_NOT_FOUND, "weight_load: no tensor '%s'", name);
     char scale_name[1100];
@@ -219,8 +219,20 @@ bfp8_status bfp8_weight_load(const bfp8_safetensors *f, const char *name, bfp8_w
                          ", %" PRId64 "] weight, got %s with %d dims [%" PRId64 ", %" PRId64 "]", scale_name, nb, kb,
                          n, k, bfp8_dtype_name(s->dtype), s->ndim, s->ndim > 0 ? s->shape[0] : 0,
                          s->ndim > 1 ? s->shape[1] : 0);
-    bfp8_scales scales;
     /* The checkpoint's scales are plain fp32: UE8M0 is a property of values, and is never guessed from them. */
-    BFP8_TRY(bfp8_scales_init(&scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, nb, kb, s->data));
-    return bfp8_weight_create(out, q->data, n, k, &scales);
+    BFP8_TRY(bfp8_scales_init(scales_out, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, nb, kb, s->data));
+    *q_out = q->data;
+    *n_out = n;
+    *k_out = k;
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_weight_load(const bfp8_safetensors *f, const char *name, bfp8_weight **out) {
+    BFP8_CHECK_ARG(out, "weight_load: out is NULL");
+    *out = NULL;
+    const uint8_t *q;
+    int64_t n, k;
+    bfp8_scales scales;
+    BFP8_TRY(bfp8_weight_tensors(f, name, &q, &n, &k, &scales));
+    return bfp8_weight_create(out, q, n, k, &scales);
 }

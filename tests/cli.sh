@@ -298,5 +298,25 @@ has out "  ref "
 lacks out "FAIL"
 expect 1 "$cli" check --backend no_such_backend
 
+# shard: each rank's slice, or the reason (docs/tensor-parallel.md)
+expect 0 "$cli" shard --help
+has out "--share-blocks"
+expect 2 "$cli" shard --ranks 2
+expect 2 "$cli" shard --ranks 2 --mode diagonal --n 256 --k 256
+expect 2 "$cli" shard --ranks 0 --mode row --n 256 --k 256
+expect 0 "$cli" shard --ranks 8 --mode row --n 7168 --k 18432
+has out "rank 7: columns [16128, 18432), scale blocks [126, 144), local weight [7168, 2304]"
+expect 1 "$cli" shard --ranks 32 --mode row --n 7168 --k 18432
+has err "576 columns of K=18432"
+has err "--share-blocks"
+expect 0 "$cli" shard --ranks 32 --mode row --n 7168 --k 18432 --share-blocks
+has out "rank 1: columns [576, 1152), scale blocks [4, 9), local weight [7168, 640], 64 pad columns in front"
+expect 0 "$cli" shard --ranks 1 --mode column --weights "$tmp/wq.safetensors" --weight w
+has out "rank 0: rows [0, "
+expect 1 "$cli" shard --ranks 2 --mode row --weights "$tmp/wq.safetensors" --weight nope
+has err "no tensor 'nope'"
+expect 1 "$cli" shard --ranks 5 --mode column --n 2112 --k 7168
+has err "does not split evenly"
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -14,6 +14,7 @@ static const char usage[] =
     "  linear    y = x @ W^T (+ bias) from a DeepSeek-format weight file and an input file\n"
     "  check     every backend against the reference on fresh random problems\n"
     "  bench     time backends on the DeepSeek-R1 shapes\n"
+    "  shard     each rank's slice of a tensor-parallel weight, or why it cannot be sharded\n"
     "\n"
     "options: --help, --version\n"
     "environment: BFP8_BACKEND=NAME (prefer a backend), BFP8_LOG=dispatch (log each decision once),\n"
@@ -24,7 +25,7 @@ static const struct {
     int (*run)(int argc, char **argv);
 } commands[] = {
     {"demo", cmd_demo},         {"explain", cmd_explain}, {"quantize", cmd_quantize},
-    {"linear", cmd_linear},     {"check", cmd_check},     {"bench", cmd_bench},
+    {"linear", cmd_linear},     {"check", cmd_check},     {"bench", cmd_bench},     {"shard", cmd_shard},
 };
 
 int main(int argc, char **argv) {

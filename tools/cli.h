@@ -92,6 +92,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_linear(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_shard(int argc, char **argv);
 /* `bench --model dsr1` (tools/bench_model.c); cmd_bench hands over when it sees --model. */
 int cmd_bench_model(int argc, char **argv);
 
