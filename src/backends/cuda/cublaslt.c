@@ -17,6 +17,7 @@
 #include "cuda_glue.h"
 
 #include <cublasLt.h>
+#include "cublaslt_dl.h" /* cuBLASLt through dlopen: the names are macros */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <string.h>
