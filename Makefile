@@ -1,30 +1,67 @@
-# blockfp8 build. `make` builds the library and the CLI; `make demo` runs the main job; `make test` runs the
-# whole suite (unit tests, the same under ASan+UBSan, the ptxas report, the GPU tools compiled where nvcc is, the
-# numpy cross-check and a short fuzz run).
+# blockfp8 build. `make help` lists the targets and options.
 #
-# Dependencies: cJSON (required, Debian libcjson-dev), OpenBLAS (optional: the CPU bench baseline, Debian
-# libopenblas-dev, found with pkg-config), CUDA 13 (optional: nvcc on PATH or in /usr/local/cuda/bin),
-# clang (optional: the fuzzer), python3 with numpy + ml_dtypes (the cross-check in `make test`).
-# scripts/install-deps.sh installs what is missing; `make` runs it itself when cJSON is absent and it is root.
+# `make` builds the library (build/libblockfp8.a, build/libblockfp8.so) and the CLI (build/blockfp8); `make demo`
+# runs the main job; `make test` runs the whole suite. `make` never installs packages: it checks what it needs and
+# says what is missing; `make deps` installs it (scripts/install-deps.sh, Debian/Ubuntu, as root).
+#
+# Dependencies: cJSON (required, Debian libcjson-dev; found with pkg-config libcjson, else /usr/include/cjson and
+# -lcjson), CUDA 13 (optional: nvcc on PATH or in /usr/local/cuda/bin; CUDA=0 builds without it), clang with
+# libFuzzer, python3 with numpy + ml_dtypes and pkg-config (for `make test`). OpenBLAS is not needed to build:
+# `blockfp8 bench --baseline openblas` loads it at run time.
+#
+# Sources are found by wildcard: the library is src/*.c, src/backends/*.c and src/backends/*/*.c, where C files in
+# src/backends/cuda/ and files named *_cuda.c need the CUDA toolkit (left out of a CUDA=0 build) and every other one
+# is compiled in every build; *_avx2.c files get the AVX2 flags; CUDA code is src/backends/*/*.cu; the CLI is
+# tools/*.c; each tests/test_*.c is one unit-test binary. Header dependencies come from the compilers (-MMD).
+#
+# Parallel by default: a top-level make without -j runs with -j<cores>; stages that must run in order (the test
+# suite's) are sequential recipe lines.
 
 BUILD    ?= build
-CC       ?= cc
 SANITIZE ?= 0
 CUDA     ?= auto
+CLANG    ?= clang
+PREFIX   ?= /usr/local
+BINDIR   ?= $(PREFIX)/bin
+LIBDIR   ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter -Iinclude -Isrc
-CFLAGS_BASE += $(shell pkg-config --cflags libcjson 2>/dev/null || echo -I/usr/include/cjson)
-LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpthread -lm
+ifeq ($(MAKELEVEL),0)
+  # GNU make 4.3 shows a command-line -j in MAKEFLAGS only inside recipes, so the command line is read from /proc.
+  USER_JOBS := $(filter -j% --jobs%,$(MAKEFLAGS) $(shell tr '\0' ' ' </proc/$$PPID/cmdline 2>/dev/null))
+  ifeq ($(USER_JOBS),)
+    MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+  endif
+endif
+
+VERSION := $(shell sed -n 's/^\#define BFP8_VERSION "\([0-9.]*\)".*/\1/p' include/blockfp8.h)
+ABI := $(word 1,$(subst ., ,$(VERSION))).$(word 2,$(subst ., ,$(VERSION)))
+
+# --- flags ----------------------------------------------------------------------------------------------------------
+ifeq ($(origin CJSON_CFLAGS),undefined)
+  CJSON_CFLAGS := $(shell pkg-config --cflags libcjson 2>/dev/null || echo -I/usr/include/cjson)
+endif
+ifeq ($(origin CJSON_LIBS),undefined)
+  CJSON_LIBS := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson)
+endif
+
+# Only the public API (include/*.h, under its visibility pragma) is exported from the shared library.
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Wshadow -Wno-unused-parameter
+CFLAGS_BASE += -MMD -MP -Iinclude -Isrc $(CJSON_CFLAGS)
+LDLIBS_BASE := $(CJSON_LIBS) -ldl -lpthread -lm
 
 ifeq ($(SANITIZE),1)
   CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
   LDFLAGS_SAN := -fsanitize=address,undefined
+else
+  SO_LDFLAGS := -Wl,--no-undefined
 endif
 
 # ISA flags only on the kernel files that need them (files named *_avx2.c).
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 
-# --- CUDA (optional) ----------------------------------------------------------------------------------------------
+# --- CUDA (optional) ------------------------------------------------------------------------------------------------
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 ifeq ($(CUDA),auto)
   WITH_CUDA := $(if $(NVCC),1,0)
@@ -32,42 +69,49 @@ else
   WITH_CUDA := $(CUDA)
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-# sm_90a for the Hopper kernels (wgmma/setmaxnreg), sm_89 so the generic mma.sync kernel also runs on Ada.
-NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_89,code=sm_89
-NVCCFLAGS := -std=c++17 -O3 -g -lineinfo $(NVCC_GENCODE) -Xcompiler -fPIC -Iinclude -Isrc --expt-relaxed-constexpr
+CUDA_LIBDIR := $(CUDA_HOME)/lib64
+# sm_90a for the Hopper kernels (wgmma/setmaxnreg), sm_89 so the generic mma.sync kernel also runs on Ada, and
+# compute_89 PTX so that a newer GPU can JIT the generic kernel (cuda_generic declares no maximum arch; the sm_90a
+# code has no PTX, as arch-specific code cannot run on a later arch). SASS is taken over PTX where both fit.
+NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_89,code=[sm_89,compute_89]
+NVCCFLAGS := -std=c++17 -O3 -g -lineinfo $(NVCC_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc \
+             --expt-relaxed-constexpr
 # HOPPER_TRACE=1: the hopper kernel stamps its timeline for BFP8_HOPPER_TRACE=1 (diagnosis; slower, so not default)
 ifeq ($(HOPPER_TRACE),1)
 NVCCFLAGS += -DBFP8_HOPPER_TRACE=1
 endif
-CUDA_SRCS := $(wildcard src/backends/cuda/*.cu)
-# CUDA objects are shared by the plain and the sanitizer builds (nvcc code is not instrumented).
-CUDA_OBJDIR := build/cuda
+CUDA_SRCS := $(wildcard src/backends/*/*.cu)
+# CUDA objects live in $(BUILD)/cuda, one flat folder (tests/ptxas-check.sh reads the .ptxas.log beside each). The
+# sanitizer and clang builds of `make test` link the plain build's (CUDA_OBJDIR=build/cuda): nvcc code is not
+# instrumented, and compiling it again would cost minutes.
+CUDA_OBJDIR ?= $(BUILD)/cuda
+ifneq ($(words $(sort $(notdir $(CUDA_SRCS)))),$(words $(CUDA_SRCS)))
+  $(error two .cu files share a name ($(sort $(notdir $(CUDA_SRCS)))): CUDA objects go in one folder)
+endif
+vpath %.cu $(sort $(dir $(CUDA_SRCS)))
 
-SRCS := $(wildcard src/*.c src/backends/*.c)
+LIB_SRCS := $(wildcard src/*.c src/backends/*.c src/backends/*/*.c)
 ifeq ($(WITH_CUDA),1)
-  SRCS := $(filter-out src/cuda_stub.c,$(SRCS)) $(wildcard src/backends/cuda/*.c)
-  CUDA_OBJS := $(patsubst src/backends/cuda/%.cu,$(CUDA_OBJDIR)/%.o,$(CUDA_SRCS))
-  CFLAGS_BASE += -DBFP8_WITH_CUDA=1 -I$(CUDA_HOME)/include
-  LDLIBS_BASE += -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
-  # No -lcuda: the driver is reached through cudart (cudaGetDriverEntryPoint), so binaries start on machines
-  # without a driver and say why CUDA is unavailable.
-  LDLIBS_BASE += -Wl,-rpath,$(CUDA_HOME)/lib64
+  LIB_SRCS := $(filter-out src/cuda_stub.c,$(LIB_SRCS))
+  CUDA_OBJS := $(addprefix $(CUDA_OBJDIR)/,$(notdir $(CUDA_SRCS:.cu=.o)))
+  # Where the CUDA libraries are, for the dlopen of libcublasLt (src/backends/cuda/cublaslt_dl.c).
+  CFLAGS_BASE += -DBFP8_WITH_CUDA=1 -I$(CUDA_HOME)/include -DBFP8_CUDA_LIBDIR='"$(CUDA_LIBDIR)"'
+  # cudart is linked statically, libcublasLt is loaded when a device is found and the driver (libcuda.so.1) is
+  # reached through cudart: binaries start, quickly and in little memory, on machines without a GPU or driver.
+  CUDA_LDLIBS := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
+  LDLIBS_BASE += $(CUDA_LDLIBS) -Wl,-rpath,$(CUDA_LIBDIR)
 else
-  SRCS := $(filter-out src/backends/cuda/%,$(SRCS))
+  LIB_SRCS := $(filter-out src/backends/cuda/% %_cuda.c,$(LIB_SRCS))
   CUDA_OBJS :=
 endif
 
-OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(SRCS))
+OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 LIB_A := $(BUILD)/libblockfp8.a
-LIB_SO := $(BUILD)/libblockfp8.so
-
-# --- OpenBLAS (optional, CLI bench baseline) ----------------------------------------------------------------------
-OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-OPENBLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null)
-ifneq ($(OPENBLAS_LIBS),)
-  TOOL_CFLAGS := -DBFP8_HAVE_OPENBLAS=1 $(OPENBLAS_CFLAGS)
-  TOOL_LIBS := $(OPENBLAS_LIBS)
-endif
+SO_LINK := libblockfp8.so
+# 0.x releases break the ABI at each minor version, so the SONAME carries major.minor until 1.0.
+SO_NAME := libblockfp8.so.$(ABI)
+SO_FILE := libblockfp8.so.$(VERSION)
+LIB_SO := $(BUILD)/$(SO_LINK)
 
 TOOL_SRCS := $(wildcard tools/*.c)
 TOOL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TOOL_SRCS))
@@ -76,35 +120,58 @@ CLI := $(BUILD)/blockfp8
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
-.PHONY: all lib cli demo quant-bench gpu-tools test check-unit check-asan check-crosscheck check-cli fuzz fuzz-build deps clean help
+.PHONY: all lib cli demo quant-bench gpu-tools test check-deps check-test-deps check-unit check-ptxas check-asan \
+        check-clang check-cli check-crosscheck check-exports check-install check-runtime check-nonroot fuzz \
+        fuzz-build deps install uninstall clean help FORCE
 
-all: $(BUILD)/.deps-ok lib cli
+all: lib cli
 
-lib: $(LIB_A) $(LIB_SO)
+lib: $(LIB_A) $(LIB_SO) $(BUILD)/$(SO_NAME)
 cli: $(CLI)
 
 help:
-	@echo "make [all] | demo | test | fuzz | deps | gpu-tools | clean   (CUDA=0 to skip CUDA, SANITIZE=1 for ASan+UBSan)"
+	@echo "blockfp8 $(VERSION)"
+	@echo "  make [all]      the library ($(BUILD)/libblockfp8.a, $(BUILD)/libblockfp8.so) and the CLI ($(BUILD)/blockfp8)"
+	@echo "  make lib | cli  one of them"
+	@echo "  make demo       build, then run the main job (blockfp8 demo)"
+	@echo "  make test       the whole suite: unit tests (plain, ASan+UBSan, built by clang), ptxas report, exported"
+	@echo "                  symbols, install, memory limits, a non-root CPU-only build, CLI, numpy cross-checks, fuzz"
+	@echo "  make deps       install what is missing for the build and the tests (Debian/Ubuntu, as root);"
+	@echo "                  make itself never installs anything, it says what is missing"
+	@echo "  make install    include/*.h, libblockfp8.so.$(VERSION) (SONAME $(SO_NAME)) and its links, libblockfp8.a,"
+	@echo "                  the CLI and blockfp8.pc into DESTDIR+PREFIX (PREFIX=/usr/local by default; BINDIR,"
+	@echo "                  LIBDIR, INCLUDEDIR, PKGCONFIGDIR under it); make uninstall removes them"
+	@echo "  make fuzz | gpu-tools | quant-bench | clean"
+	@echo "options:"
+	@echo "  CUDA=0          build without the CUDA backends even where nvcc exists (default CUDA=auto: with them"
+	@echo "                  when nvcc is found; such a build runs on machines without a GPU too)"
+	@echo "  SANITIZE=1      ASan+UBSan; BUILD=DIR the build folder (default build); CC=clang another compiler"
+	@echo "  HOPPER_TRACE=1  the hopper kernel's timeline stamps (diagnosis)"
+	@echo "  -jN             jobs (default: one per core)"
 
-$(BUILD)/.deps-ok: scripts/install-deps.sh
-	@mkdir -p $(BUILD)
-	@sh scripts/install-deps.sh --check-build || sh scripts/install-deps.sh --build
-	@touch $@
+# --- dependencies: checked, never installed -------------------------------------------------------------------------
+check-deps:
+	@CC="$(CC)" CJSON_CFLAGS="$(CJSON_CFLAGS)" CJSON_LIBS="$(CJSON_LIBS)" sh scripts/install-deps.sh --check-build
+
+check-test-deps:
+	@CC="$(CC)" CLANG="$(CLANG)" CJSON_CFLAGS="$(CJSON_CFLAGS)" CJSON_LIBS="$(CJSON_LIBS)" \
+	    sh scripts/install-deps.sh --check-test
 
 deps:
 	sh scripts/install-deps.sh --all
 
-$(BUILD)/obj/%_avx2.o: %_avx2.c include/blockfp8.h src/internal.h | $(BUILD)/.deps-ok
+# --- library, CLI, tests --------------------------------------------------------------------------------------------
+$(BUILD)/obj/%_avx2.o: %_avx2.c | check-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(AVX2_FLAGS) -c $< -o $@
+	$(CC) $(CFLAGS_BASE) $(AVX2_FLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/tools/%.o: tools/%.c include/blockfp8.h $(wildcard tools/*.h) | $(BUILD)/.deps-ok
+$(BUILD)/obj/tools/%.o: tools/%.c | check-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(TOOL_CFLAGS) -Itools -c $< -o $@
+	$(CC) $(CFLAGS_BASE) -Itools $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c include/blockfp8.h src/internal.h $(wildcard src/*.h src/backends/*.h src/backends/cuda/*.h) | $(BUILD)/.deps-ok
+$(BUILD)/obj/%.o: %.c | check-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -c $< -o $@
+	$(CC) $(CFLAGS_BASE) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 # ptxas's resource report is kept beside each object (what tests/ptxas-check.sh reads); everything else it prints
 # still reaches the terminal.
@@ -114,27 +181,30 @@ CUDA_FLAGS_STAMP := $(CUDA_OBJDIR)/nvcc-flags
 $(CUDA_FLAGS_STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(NVCC) $(NVCCFLAGS)' | cmp -s - $@ || echo '$(NVCC) $(NVCCFLAGS)' > $@
-.PHONY: FORCE
 FORCE:
 
-$(CUDA_OBJDIR)/%.o: src/backends/cuda/%.cu include/blockfp8.h src/internal.h $(wildcard src/backends/cuda/*.cuh src/backends/cuda/*.h) $(CUDA_FLAGS_STAMP)
+$(CUDA_OBJDIR)/%.o: %.cu $(CUDA_FLAGS_STAMP) | check-deps
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2>$(@:.o=.ptxas.log); st=$$?; \
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -Xptxas -v -c $< -o $@ 2>$(@:.o=.ptxas.log); st=$$?; \
 	    grep -vE '^ptxas info|bytes stack frame' $(@:.o=.ptxas.log) >&2; exit $$st
 
 $(LIB_A): $(OBJS) $(CUDA_OBJS)
 	@rm -f $@
-	ar rcs $@ $^
+	$(AR) rcs $@ $^
 
-$(LIB_SO): $(OBJS) $(CUDA_OBJS)
-	$(CC) -shared $(LDFLAGS_SAN) -o $@ $^ $(LDLIBS_BASE)
+# The shared library: SONAME libblockfp8.so.MAJOR.MINOR, static archives' symbols (cudart's) kept inside.
+$(BUILD)/$(SO_FILE): $(OBJS) $(CUDA_OBJS)
+	$(CC) -shared -Wl,-soname,$(SO_NAME) -Wl,--exclude-libs,ALL $(SO_LDFLAGS) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ \
+	    $(LDLIBS_BASE)
+$(LIB_SO) $(BUILD)/$(SO_NAME): $(BUILD)/$(SO_FILE)
+	ln -sf $(SO_FILE) $@
 
 $(CLI): $(TOOL_OBJS) $(LIB_A)
-	$(CC) $(LDFLAGS_SAN) -o $@ $(TOOL_OBJS) $(LIB_A) $(LDLIBS_BASE) $(TOOL_LIBS)
+	$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $(TOOL_OBJS) $(LIB_A) $(LDLIBS_BASE)
 
-$(BUILD)/tests/%: tests/%.c tests/check.h $(LIB_A)
+$(BUILD)/tests/%: tests/%.c $(LIB_A) | check-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Itests -o $@ $< $(LIB_A) $(LDFLAGS_SAN) $(LDLIBS_BASE)
+	$(CC) $(CFLAGS_BASE) -Itests $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIB_A) $(LDFLAGS_SAN) $(LDFLAGS) $(LDLIBS_BASE)
 
 # Quantization throughput, scalar vs AVX2 (bench/RESULTS.md, "Vectorized quantization").
 $(BUILD)/quant_bench: bench/quant_bench.c $(LIB_A)
@@ -142,27 +212,66 @@ $(BUILD)/quant_bench: bench/quant_bench.c $(LIB_A)
 quant-bench: $(BUILD)/quant_bench
 
 # Standalone GPU measurement tools (one nvcc command each, no library): the fixed costs of a GPU call and what a
-# CTA's first load costs (bench/RESULTS.md, hopper-notes v14-v15). `make test` compiles them wherever nvcc is.
+# CTA's first load costs (bench/RESULTS.md). `make test` compiles them wherever nvcc is.
 GPU_TOOLS := $(BUILD)/launch_floor $(BUILD)/first_load
-$(GPU_TOOLS): $(BUILD)/%: bench/probes/%.cu bench/probes/tool_check.h src/backends/cuda/sm90_async.cuh
+$(GPU_TOOLS): $(BUILD)/%: bench/probes/%.cu
 	@mkdir -p $(BUILD)
-	$(NVCC) -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o $@ $<
+	$(NVCC) -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -MMD -MP -o $@ $<
 gpu-tools: $(if $(filter 1,$(WITH_CUDA)),$(GPU_TOOLS))
 	@$(if $(filter 1,$(WITH_CUDA)),:,echo "gpu-tools: no nvcc (or CUDA=0), skipped")
 
-# --- the main job -------------------------------------------------------------------------------------------------
+-include $(OBJS:.o=.d) $(TOOL_OBJS:.o=.d) $(TEST_BINS:=.d) $(CUDA_OBJS:.o=.d) $(GPU_TOOLS:=.d) $(BUILD)/quant_bench.d
+
+# --- install --------------------------------------------------------------------------------------------------------
+PC_LIBDIR := $(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))
+PC_INCLUDEDIR := $(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))
+# Rewritten only when its text changes.
+$(BUILD)/blockfp8.pc: FORCE
+	@mkdir -p $(BUILD)
+	@{ echo 'prefix=$(PREFIX)'; echo 'libdir=$(PC_LIBDIR)'; echo 'includedir=$(PC_INCLUDEDIR)'; echo; \
+	   echo 'Name: blockfp8'; \
+	   echo 'Description: DeepSeek-style block-scaled FP8 linear layers (W8A8)'; \
+	   echo 'Version: $(VERSION)'; \
+	   echo 'Cflags: -I$${includedir}'; \
+	   echo 'Libs: -L$${libdir} -lblockfp8'; \
+	   echo 'Libs.private: $(strip $(CUDA_LDLIBS) $(CJSON_LIBS) -ldl -lpthread -lm)'; } >$@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
+
+install: lib cli $(BUILD)/blockfp8.pc
+	@test "$(SANITIZE)" != 1 || { echo "install: not a SANITIZE=1 build" >&2; exit 1; }
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 0644 $(wildcard include/*.h) $(DESTDIR)$(INCLUDEDIR)/
+	install -m 0755 $(BUILD)/$(SO_FILE) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(SO_FILE) $(DESTDIR)$(LIBDIR)/$(SO_NAME)
+	ln -sf $(SO_NAME) $(DESTDIR)$(LIBDIR)/$(SO_LINK)
+	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(BUILD)/blockfp8.pc $(DESTDIR)$(PKGCONFIGDIR)/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(wildcard include/*.h)))
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(SO_FILE) $(SO_NAME) $(SO_LINK) libblockfp8.a)
+	rm -f $(DESTDIR)$(BINDIR)/blockfp8 $(DESTDIR)$(PKGCONFIGDIR)/blockfp8.pc
+
+# --- the main job ---------------------------------------------------------------------------------------------------
 demo: all
 	./$(CLI) demo
 
-# --- tests --------------------------------------------------------------------------------------------------------
-# The whole suite: plain build, ptxas report, GPU tools compiled, sanitizer build, CLI end-to-end, numpy cross-check,
-# short fuzz.
-test: all
-	@sh scripts/install-deps.sh --check-test || sh scripts/install-deps.sh --test
+# --- tests ----------------------------------------------------------------------------------------------------------
+# The whole suite, one stage after the other (each stage builds in parallel): plain build and unit tests, ptxas
+# report, GPU tools compiled, the exported symbols, install, what the CLI loads (memory limits, OpenBLAS), a
+# non-root CPU-only build, the sanitizer build, the clang build, CLI end-to-end, numpy cross-check, short fuzz.
+test: check-test-deps
+	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory check-unit
 	$(MAKE) --no-print-directory check-ptxas
 	$(MAKE) --no-print-directory gpu-tools
+	$(MAKE) --no-print-directory check-exports
+	$(MAKE) --no-print-directory check-install
+	$(MAKE) --no-print-directory check-runtime
+	$(MAKE) --no-print-directory check-nonroot
 	$(MAKE) --no-print-directory check-asan
+	$(MAKE) --no-print-directory check-clang
 	$(MAKE) --no-print-directory check-cli
 	$(MAKE) --no-print-directory check-crosscheck
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-30}
@@ -175,8 +284,30 @@ check-unit: $(TEST_BINS) $(CLI)
 check-ptxas: all
 	@sh tests/ptxas-check.sh $(CUDA_OBJDIR) $(WITH_CUDA)
 
+# libblockfp8.so exports exactly the functions declared in include/*.h.
+check-exports: lib
+	@sh tests/check-exports.sh $(BUILD)/$(SO_FILE) include
+
+# make install into a temporary DESTDIR, then programs built against it with pkg-config, shared and static.
+check-install: all
+	@sh tests/install-test.sh "$(MAKE)" $(BUILD) "$(CC)"
+
+# What the CLI loads at start: under a memory limit it finishes (never hangs); OpenBLAS only when asked for.
+check-runtime: all
+	@sh tests/runtime-deps.sh $(BUILD)
+
+# A copy of the tree built and demoed with CUDA=0 as an unprivileged user, pkg-config finding nothing; and without
+# cJSON, a clear message and nothing compiled or installed.
+check-nonroot:
+	@sh tests/nonroot-build.sh
+
 check-asan:
-	$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 check-unit
+	$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 CUDA_OBJDIR=$(CUDA_OBJDIR) check-unit
+
+check-clang:
+	@if command -v $(CLANG) >/dev/null 2>&1; then \
+	    $(MAKE) --no-print-directory BUILD=build-clang CC=$(CLANG) CUDA_OBJDIR=$(CUDA_OBJDIR) check-unit; \
+	else echo "check-clang: $(CLANG) not found (run \`make deps\` as root, or install clang)"; exit 1; fi
 
 check-cli: $(CLI)
 	@sh tests/cli.sh $(BUILD)
@@ -184,21 +315,20 @@ check-cli: $(CLI)
 check-crosscheck: $(CLI)
 	for f in tests/crosscheck_*.py; do python3 $$f --build $(BUILD) || exit 1; done
 
-# --- fuzzing (clang libFuzzer) ------------------------------------------------------------------------------------
+# --- fuzzing (clang libFuzzer) --------------------------------------------------------------------------------------
 FUZZ_BIN := build-fuzz/fuzz_safetensors
 FUZZ_SECONDS ?= 30
-FUZZ_CC ?= clang
+FUZZ_CC ?= $(CLANG)
+FUZZ_SRCS := fuzz/fuzz_safetensors.c src/safetensors.c src/errors.c src/formats.c
 # Only what the four sources need: the CUDA libraries of LDLIBS_BASE would make the binary need libcuda.so.1.
-FUZZ_LDLIBS := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpthread -lm
 fuzz-build: $(FUZZ_BIN)
-$(FUZZ_BIN): fuzz/fuzz_safetensors.c $(wildcard src/*.c) include/blockfp8.h src/internal.h
+$(FUZZ_BIN): $(FUZZ_SRCS) $(wildcard include/*.h src/*.h)
 	@mkdir -p build-fuzz
-	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-	  $(shell pkg-config --cflags libcjson 2>/dev/null) -o $@ fuzz/fuzz_safetensors.c src/safetensors.c \
-	  src/errors.c src/formats.c $(FUZZ_LDLIBS)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(CJSON_CFLAGS) \
+	  -o $@ $(FUZZ_SRCS) $(CJSON_LIBS) -lpthread -lm
 fuzz: $(FUZZ_BIN)
 	@mkdir -p build-fuzz/corpus
 	./$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 build-fuzz/corpus fuzz/corpus
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-clang build-fuzz

@@ -22,6 +22,13 @@
 extern "C" {
 #endif
 
+/* Everything declared in this header is the public API, and nothing else is exported from libblockfp8.so: the
+ * library is compiled with -fvisibility=hidden, and this pragma (gcc, clang, nvcc) gives every declaration up to
+ * the matching pop default visibility, so a new function here is exported without further marking. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* 0.2.0: bfp8_problem gained act_from_prior_kernel, so its size changed: rebuild programs built against 0.1.0. */
 #define BFP8_VERSION "0.2.0"
 #define BFP8_BLOCK 128 /* group width along K, and the weight block edge */
@@ -398,6 +405,10 @@ bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m,
 /* n <= 0 restores the default: BFP8_NUM_THREADS, else the number of online cores. */
 bfp8_status bfp8_set_num_threads(int n);
 int bfp8_get_num_threads(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

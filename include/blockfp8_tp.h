@@ -23,6 +23,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the exported API (see blockfp8.h) */
+
 typedef enum bfp8_tp_mode {
     BFP8_TP_COLUMN = 0, /* split N; all-gather */
     BFP8_TP_ROW,        /* split K; all-reduce */
@@ -78,6 +80,8 @@ bfp8_status bfp8_tp_linear_local(bfp8_dispatcher *d, const bfp8_weight *w, const
  * (libnccl.so.2); without it, or without CUDA, the call returns BFP8_ERR_UNSUPPORTED with the reason. */
 bfp8_status bfp8_tp_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_shard *shard,
                            const bfp8_linear_args *args, void *nccl_comm);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -5,15 +5,16 @@
  * for weights) by up to 128 columns, and its source is read one row span (<= 128 values) at a time as fp32. The
  * per-span work is in two scalar kernels, span_amax and span_encode; a SIMD version replaces exactly those and
  * must give the same bits (both are exact except for the one fp32 division per element). quant_avx2.c holds that
- * version; it runs when the `cpu` backend's ISA selection (bfp8_cpu_isa_name: CPU check, BFP8_CPU_ISA, the test
- * hook bfp8_cpu_force_isa) says "avx2". Large matrices are split over threads by groups of rows, and every group
- * is computed the same way whatever thread runs it, so the bytes do not depend on the thread count.
+ * version; it runs when the host ISA choice (cpu_features.h: CPU check, BFP8_CPU_ISA, the test hook
+ * bfp8_cpu_force_isa), the same as the `cpu` backend's, says avx2. Large matrices are split over threads by groups
+ * of rows, and every group is computed the same way whatever thread runs it, so the bytes do not depend on the
+ * thread count.
  *
  * Conventions: a non-finite input encodes as NaN with its sign (0x7F, or 0xFF when negative), is counted, and
  * never changes the scale. *nonfinite receives the count for the call (it is set, not added to). K = 0 means
  * kblocks = 0: valid, nothing is written; M = 0 or N = 0 likewise. */
 #include "internal.h"
-#include "backends/cpu.h"
+#include "cpu_features.h"
 #include "quant_avx2.h"
 
 #include <math.h>
@@ -135,7 +136,7 @@ static void quantize_task(void *ctx, int64_t task, int thread) {
  * the same q bytes or scale words (packed UE8M0 words hold 4 kblocks of one row). */
 static void quantize_groups(quant_source *src, int64_t rows, int64_t k, int64_t group_rows, uint8_t *q,
                             bfp8_scales *scales, int64_t *nonfinite) {
-    src->avx2 = strcmp(bfp8_cpu_isa_name(), "avx2") == 0;
+    src->avx2 = bfp8_cpu_isa_current() == BFP8_CPU_ISA_AVX2;
     if (scales->layout == BFP8_LAYOUT_PACKED_UE8M0 || scales->layout == BFP8_LAYOUT_MN_MAJOR_ALIGNED)
         bfp8_scales_clear(scales); /* padding is zero */
     quant_job job = {.src = src, .rows = rows, .k = k, .group_rows = group_rows, .q = q, .scales = scales};

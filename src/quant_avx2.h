@@ -1,5 +1,6 @@
 /* Private interface between the quantizer driver (quant.c) and its AVX2 span kernels (quant_avx2.c). Each kernel
- * gives the same bits as its scalar twin in quant.c; call them only when bfp8_cpu_isa_name() is "avx2". */
+ * gives the same bits as its scalar twin in quant.c; call them only when bfp8_cpu_isa_current() is
+ * BFP8_CPU_ISA_AVX2. */
 #ifndef BFP8_QUANT_AVX2_H
 #define BFP8_QUANT_AVX2_H
 

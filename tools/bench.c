@@ -10,11 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
 #include <time.h>
-
-#ifdef BFP8_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
 
 static const char USAGE[] =
     "usage: blockfp8 bench [--device cpu|cuda] [--backend NAME|all] [--shapes dsr1|NxK,...] [--m LIST]\n"
@@ -33,8 +30,9 @@ static const char USAGE[] =
     "  --m LIST          token counts (default 1,16,128,512 on cpu; 1,16,64,128,512,4096 on cuda)\n"
     "  --out-dtype T     bf16 (default), fp16 or fp32\n"
     "  --scale-format F  fp32 (default) or ue8m0\n"
-    "  --baseline NAME   openblas (cpu: cblas_sgemm on the dequantized fp32 weight, same thread count) or\n"
-    "                    cublaslt (cuda); ratio = baseline time / backend time, so above 1 is faster\n"
+    "  --baseline NAME   openblas (cpu: cblas_sgemm on the dequantized fp32 weight, same thread count; loaded\n"
+    "                    at run time, BFP8_OPENBLAS=LIBRARY names another) or cublaslt (cuda);\n"
+    "                    ratio = baseline time / backend time, so above 1 is faster\n"
     "  --json FILE       records {backend, m, n, k, out_dtype, median_us, tflops, gbs[, baseline_ratio]}\n"
     "  --iters N         timed runs per cell (default 5 on cpu, 50 on cuda)\n"
     "  --warmup N        untimed runs first (default 1 on cpu, 5 on cuda)\n"
@@ -80,18 +78,64 @@ static bfp8_status call_gemm(void *ctx) {
     return bfp8_gemm(c->d, c->args);
 }
 
-#ifdef BFP8_HAVE_OPENBLAS
+/* OpenBLAS is loaded with dlopen when its baseline is asked for, never linked: linked, every command would load it
+ * at start (tens of ms and ~200 MB of memory), and under a memory limit its start-up retries its allocations
+ * forever. BFP8_OPENBLAS names the library to load (default libopenblas.so.0, then libopenblas.so). */
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 }; /* the CBLAS standard's values */
+static struct {
+    void (*sgemm)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                  const float *b, int ldb, float beta, float *c, int ldc);
+    void (*set_num_threads)(int n);
+    char *(*get_corename)(void); /* optional */
+} openblas;
+
+/* dlsym's void * as a function pointer (POSIX guarantees the conversion; C does not, hence memcpy). */
+static bool openblas_sym(void *lib, const char *name, void *fn_ptr, size_t size) {
+    void *p = dlsym(lib, name);
+    if (p) memcpy(fn_ptr, &p, size);
+    return p != NULL;
+}
+
+static int openblas_load(const char *cmd) {
+    const char *env = getenv("BFP8_OPENBLAS");
+    const char *names[] = {env && *env ? env : "libopenblas.so.0", env && *env ? NULL : "libopenblas.so"};
+    void *lib = NULL;
+    const char *err = "";
+    for (int i = 0; i < 2 && !lib && names[i]; i++) {
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!lib) err = dlerror();
+    }
+    if (!lib)
+        return cli_error(CLI_FAIL, cmd,
+                         "--baseline openblas: OpenBLAS not loadable (%s): install it (Debian libopenblas0) or name "
+                         "the library in BFP8_OPENBLAS",
+                         err);
+    if (!openblas_sym(lib, "cblas_sgemm", &openblas.sgemm, sizeof openblas.sgemm) ||
+        !openblas_sym(lib, "openblas_set_num_threads", &openblas.set_num_threads, sizeof openblas.set_num_threads)) {
+        dlclose(lib);
+        return cli_error(CLI_FAIL, cmd, "--baseline openblas: %s lacks cblas_sgemm or openblas_set_num_threads",
+                         names[0]);
+    }
+    if (!openblas_sym(lib, "openblas_get_corename", &openblas.get_corename, sizeof openblas.get_corename))
+        openblas.get_corename = NULL;
+    return CLI_OK; /* kept loaded until exit */
+}
+
+static const char *openblas_core(void) {
+    const char *core = openblas.get_corename ? openblas.get_corename() : NULL;
+    return core ? core : "unknown";
+}
+
 /* OpenBLAS's worker threads spin (sched_yield) for a while after each call; let them go idle before timing
  * anything else on the same two cores. */
 static void openblas_settle(void) { nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 300000000}, NULL); }
 
 static bfp8_status call_openblas(void *ctx) {
     const bench_call *c = ctx;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c->m, (int)c->n, (int)c->k, 1.0f, c->a_f32,
-                (int)c->k, c->w_f32, (int)c->k, 0.0f, c->c_f32, (int)c->n);
+    openblas.sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)c->m, (int)c->n, (int)c->k, 1.0f, c->a_f32,
+                   (int)c->k, c->w_f32, (int)c->k, 0.0f, c->c_f32, (int)c->n);
     return BFP8_OK;
 }
-#endif
 
 /* Median microseconds of fn over opts->iters runs (host wall clock, or CUDA events with the L2 flushed). */
 static bfp8_status time_median(const bench_opts *o, bfp8_status (*fn)(void *), void *ctx, double *median_us) {
@@ -261,9 +305,7 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
         double flops = 2.0 * (double)m * (double)n * (double)k;
         double bk_us[MAX_BACKENDS] = {0};
         bool bk_ran[MAX_BACKENDS] = {false};
-        bench_call base_call = {0}; /* the OpenBLAS baseline's operands (unused without OpenBLAS) */
-        (void)base_call;
-#ifdef BFP8_HAVE_OPENBLAS
+        bench_call base_call = {0}; /* the OpenBLAS baseline's operands */
         /* The baseline's output once, untimed: the guard below compares every backend with it. */
         if (o->baseline && o->device == BFP8_DEVICE_CPU) {
             a_f32 = x, x = NULL;
@@ -280,7 +322,6 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
             call_openblas(&base_call);
             openblas_settle();
         }
-#endif
         for (int bi = 0; bi < s->nbackends && rc == CLI_OK; bi++) {
             const bfp8_backend *be = s->backends[bi];
             bfp8_scale_layout la = bfp8_act_layout(be->caps.a_layouts & bfp8_layouts_for_format(o->format));
@@ -339,7 +380,6 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
         }
         if (rc != CLI_OK) goto next_m;
         double base_us = s->first_is_baseline && bk_ran[0] ? bk_us[0] : 0;
-#ifdef BFP8_HAVE_OPENBLAS
         /* The baseline is timed after the backends: OpenBLAS's workers keep spinning for a while after a call
          * and would steal the cores from whatever runs next. */
         if (c_f32) {
@@ -355,10 +395,9 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
                    base_us, flops / base_us * 1e-6, bytes / base_us * 1e-3, "1.00x");
             char extra[96];
             snprintf(extra, sizeof extra, "\"threads\": %d, \"openblas_core\": \"%s\"", bfp8_get_num_threads(),
-                     openblas_get_corename());
+                     openblas_core());
             json_record(&s->json, "openblas", m, n, k, BFP8_DTYPE_F32, base_us, flops, bytes, 0, extra);
         }
-#endif
         for (int bi = 0; bi < s->nbackends; bi++) {
             if (!bk_ran[bi]) continue;
             const bfp8_backend *be = s->backends[bi];
@@ -458,11 +497,7 @@ int cmd_bench(int argc, char **argv) {
     if (o.baseline) {
         if (strcmp(o.baseline, "openblas") == 0) {
             if (cuda) return cli_usage_error(cmd, USAGE, "--baseline openblas is a CPU baseline (--device cpu)");
-#ifndef BFP8_HAVE_OPENBLAS
-            return cli_error(CLI_FAIL, cmd,
-                             "--baseline openblas: this blockfp8 was built without OpenBLAS (the Makefile finds it "
-                             "with pkg-config openblas; install libopenblas-dev and rebuild)");
-#endif
+            if ((rc = openblas_load(cmd)) != CLI_OK) return rc;
         } else if (strcmp(o.baseline, "cublaslt") != 0) {
             return cli_usage_error(cmd, USAGE, "--baseline: '%s' is not openblas or cublaslt", o.baseline);
         } else if (!cuda) {
@@ -535,12 +570,11 @@ int cmd_bench(int argc, char **argv) {
            : o.l2 == BFP8_L2_DIRTY ? ", L2 flushed dirty"
                                    : ", L2 kept");
     if (!cuda) printf("# cpu threads: %d\n", bfp8_get_num_threads());
-#ifdef BFP8_HAVE_OPENBLAS
-    if (o.baseline && !cuda)
+    if (o.baseline && !cuda) {
         printf("# baseline openblas: cblas_sgemm on dequantized fp32 operands, core %s, %d threads\n",
-               openblas_get_corename(), bfp8_get_num_threads());
-    if (o.baseline && !cuda) openblas_set_num_threads(bfp8_get_num_threads());
-#endif
+               openblas_core(), bfp8_get_num_threads());
+        openblas.set_num_threads(bfp8_get_num_threads());
+    }
     printf("%-10s %6s %6s %6s %10s %9s %9s %9s\n", "backend", "M", "N", "K", "median_us", "TFLOP/s", "GB/s",
            "vs_base");
     rc = CLI_OK;

@@ -130,51 +130,17 @@ const bfp8_cpu_kernels bfp8_cpu_kernels_portable = {
 };
 
 /* --- ISA and path selection ----------------------------------------------------------------------------------- */
-enum { ISA_AUTO = 0, ISA_PORTABLE, ISA_AVX2 };
-static atomic_int forced_isa;  /* ISA_* */
 static atomic_int forced_path; /* 0 auto, 1 small-M, 2 large-M */
 static atomic_int forced_kc_blocks; /* 0: BFP8_CPU_KC_BLOCKS */
-
-static bool cpu_has_avx2(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-    return false;
-#endif
-}
-
-static int isa_from_name(const char *name) {
-    if (!name || !*name || strcmp(name, "auto") == 0) return ISA_AUTO;
-    if (strcmp(name, "portable") == 0) return ISA_PORTABLE;
-    if (strcmp(name, "avx2") == 0) return ISA_AVX2;
-    return -1;
-}
-
-bfp8_status bfp8_cpu_force_isa(const char *isa) {
-    int v = isa_from_name(isa);
-    BFP8_CHECK_ARG(v >= 0, "bfp8_cpu_force_isa: unknown ISA '%s' (auto, portable, avx2)", isa);
-    if (v == ISA_AVX2 && !cpu_has_avx2())
-        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "bfp8_cpu_force_isa: this CPU lacks AVX2, FMA or F16C");
-    atomic_store(&forced_isa, v);
-    return BFP8_OK;
-}
 
 void bfp8_cpu_force_path(int path) { atomic_store(&forced_path, path >= 0 && path <= 2 ? path : 0); }
 
 void bfp8_cpu_force_kc_blocks(int kc_blocks) { atomic_store(&forced_kc_blocks, kc_blocks > 0 ? kc_blocks : 0); }
 
+/* The ISA is chosen in cpu_features.c, the same for the quantizers. */
 static const bfp8_cpu_kernels *select_kernels(void) {
-    int want = atomic_load(&forced_isa);
-    if (want == ISA_AUTO) {
-        int env = isa_from_name(getenv("BFP8_CPU_ISA"));
-        want = env > 0 ? env : ISA_AUTO; /* an unknown value means auto */
-    }
-    if (want == ISA_PORTABLE || !cpu_has_avx2()) return &bfp8_cpu_kernels_portable;
-    return &bfp8_cpu_kernels_avx2;
+    return bfp8_cpu_isa_current() == BFP8_CPU_ISA_AVX2 ? &bfp8_cpu_kernels_avx2 : &bfp8_cpu_kernels_portable;
 }
-
-const char *bfp8_cpu_isa_name(void) { return select_kernels()->isa; }
 
 /* --- the driver ------------------------------------------------------------------------------------------------ */
 static float *alloc_floats(int64_t count) {

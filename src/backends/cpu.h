@@ -17,6 +17,7 @@
 #define BFP8_BACKENDS_CPU_H
 
 #include "internal.h"
+#include "cpu_features.h" /* bfp8_cpu_force_isa, bfp8_cpu_isa_name */
 
 #define BFP8_CPU_MR 6  /* micro-tile rows (large-M path) */
 #define BFP8_CPU_NR 16 /* micro-tile columns; divides 128 so a panel lies in one weight block row */
@@ -65,15 +66,12 @@ void bfp8_cpu_tables_init(void);
 void bfp8_cpu_store(const bfp8_cpu_plan *p, int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float *tot,
                     int64_t ld);
 
-/* Test hooks. ISA: "auto" (default; env BFP8_CPU_ISA overrides), "portable", "avx2". Path: 0 auto, 1 small-M,
- * 2 large-M. Both are process-wide; tests use them to compare the paths byte for byte. */
-bfp8_status bfp8_cpu_force_isa(const char *isa);
+/* Test hooks (the ISA's is bfp8_cpu_force_isa, cpu_features.h). Path: 0 auto, 1 small-M, 2 large-M.
+ * Process-wide; tests use them to compare the paths byte for byte. */
 void bfp8_cpu_force_path(int path);
 /* K blocks per slice of the large-M path (0: the default, BFP8_CPU_KC_BLOCKS). */
 void bfp8_cpu_force_kc_blocks(int kc_blocks);
 #define BFP8_CPU_KC_BLOCKS 16
-/* The ISA the next call will use ("portable" or "avx2"). */
-const char *bfp8_cpu_isa_name(void);
 /* M at or below which the small-M path runs. */
 #define BFP8_CPU_SMALL_M 8
 /* Weight rows per small-M call (n1 - n0 <= this). */

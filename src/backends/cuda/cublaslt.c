@@ -42,6 +42,7 @@
 #include "cuda_glue.h"
 
 #include <cublasLt.h>
+#include "cublaslt_dl.h" /* cuBLASLt through dlopen: the names are macros */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdlib.h>

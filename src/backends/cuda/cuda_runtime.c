@@ -3,8 +3,10 @@
 #include "internal.h"
 
 #include "cuda_glue.h"
+#include "cublaslt_dl.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,15 @@ static struct {
 } g_cuda = {.once = PTHREAD_ONCE_INIT};
 
 static void cuda_discover(void) {
+    /* Without a driver cudart says "CUDA driver version is insufficient for CUDA runtime version", which reads as
+     * an old driver: ask for the driver library first. cudart opens it again; it stays loaded. */
+    if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+        const char *err = dlerror();
+        if (!err) err = "?";
+        if (strncmp(err, "libcuda.so.1: ", 14) == 0) err += 14;
+        snprintf(g_cuda.why, sizeof g_cuda.why, "no CUDA driver found (libcuda.so.1 not loadable: %s)", err);
+        return;
+    }
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
@@ -322,6 +333,10 @@ bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d) {
     /* Every CUDA backend is registered on any device: each declares the architectures it runs on, so explain
      * shows why (say) hopper cannot run on an sm_89 device instead of hiding it. */
     BFP8_TRY(bfp8_dispatcher_add(d, hopper));
-    BFP8_TRY(bfp8_dispatcher_add(d, &bfp8_backend_cublaslt));
+    /* libcublasLt is loaded only here, where a device exists (cublaslt_dl.h says why). */
+    if (bfp8_cublaslt_load(why, sizeof why))
+        BFP8_TRY(bfp8_dispatcher_add(d, &bfp8_backend_cublaslt));
+    else
+        BFP8_TRY(bfp8_dispatcher_add_unavailable(d, bfp8_backend_cublaslt.name, why));
     return bfp8_dispatcher_add(d, &bfp8_backend_cuda_generic);
 }
