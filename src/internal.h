@@ -27,7 +27,8 @@ bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
         if (bfp8_try_status_ != BFP8_OK) return bfp8_try_status_;                                                \
     } while (0)
 
-static inline int64_t bfp8_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* ceil(a / b) for b > 0 and any a, without the overflow of (a + b - 1) / b near INT64_MAX. */
+static inline int64_t bfp8_ceil_div(int64_t a, int64_t b) { return a / b + (a % b > 0); }
 /* The bits of an fp32 and back (memcpy: no aliasing questions). */
 static inline uint32_t bfp8_f32_bits(float x) {
     uint32_t u;
@@ -39,12 +40,30 @@ static inline float bfp8_f32_from_bits(uint32_t u) {
     memcpy(&x, &u, sizeof x);
     return x;
 }
-static inline int64_t bfp8_round_up(int64_t a, int64_t b) { return bfp8_ceil_div(a, b) * b; }
+/* a rounded up to a multiple of b (b > 0); -1 when that overflows, which every later size check refuses. Sizes
+ * that passed bfp8_check_dims never overflow here. */
+static inline int64_t bfp8_round_up(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_mul_overflow(bfp8_ceil_div(a, b), b, &r) ? -1 : r;
+}
 
 /* a*b into *out; false on overflow or a negative operand. */
 static inline bool bfp8_mul_ok(int64_t a, int64_t b, int64_t *out) {
     if (a < 0 || b < 0) return false;
     return !__builtin_mul_overflow(a, b, out);
+}
+
+/* Largest M, N or K (and row count) the library accepts: far beyond any buffer, and small enough that the block
+ * counts, the paddings to multiples of 128 and the ceil divisions of every layout cannot overflow. */
+#define BFP8_DIM_MAX (INT64_C(1) << 62)
+/* Each dimension in [0, BFP8_DIM_MAX]; the error names `what` and the shape. */
+bfp8_status bfp8_check_dims(const char *what, int64_t rows, int64_t cols);
+
+/* Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte (empty ranges never do). Host or
+ * device addresses alike: only the numbers are compared. */
+static inline bool bfp8_ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return a && b && a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
 /* Validates a [rows, cols] shape (non-negative, rows*cols*elem_size fits in size_t and int64). */
