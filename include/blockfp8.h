@@ -9,6 +9,14 @@
  * Conventions: every function that can fail returns a bfp8_status; on failure bfp8_last_error() holds a message
  * for the calling thread. Library code never exits or aborts. Sizes are int64_t and checked for overflow.
  * Matrices are row-major and contiguous: A (activations) is [M, K], B (the weight) is [N, K], Y is [M, N].
+ * Each of M, N, K is at most 2^62. Enums outside their range are refused, never read as another value.
+ *
+ * Aliasing: inputs may share memory with one another; an output may share no byte with an input or another output
+ * of the same call, and a call given such pointers fails with BFP8_ERR_INVALID_ARGUMENT before it writes: the
+ * quantizers' q and scales with x and with each other, dequantize's out with q and the scales, gemm's y with A, B,
+ * their scales and the bias, linear's y with the bias, requantize's and scales_convert's outputs with their inputs.
+ * One exception: bfp8_linear reads all of x before it writes y, so y may overlap x. Device pointers are compared
+ * the same way, as address ranges.
  */
 #ifndef BLOCKFP8_H
 #define BLOCKFP8_H

@@ -12,10 +12,14 @@ static bfp8_status check_linear_args(const bfp8_weight_info *wi, const bfp8_line
                    bfp8_dtype_name(a->y_dtype));
     BFP8_CHECK_ARG(!a->bias || bfp8_is_float_dtype(a->bias_dtype), "linear: bias dtype %s is not f32, bf16 or f16",
                    bfp8_dtype_name(a->bias_dtype));
+    size_t y_bytes;
     BFP8_TRY(bfp8_check_matrix("linear: x", a->m, wi->k, bfp8_dtype_size(a->x_dtype), NULL));
-    BFP8_TRY(bfp8_check_matrix("linear: y", a->m, wi->n, bfp8_dtype_size(a->y_dtype), NULL));
+    BFP8_TRY(bfp8_check_matrix("linear: y", a->m, wi->n, bfp8_dtype_size(a->y_dtype), &y_bytes));
     BFP8_CHECK_ARG(a->x || a->m == 0 || wi->k == 0, "linear: x is NULL");
     BFP8_CHECK_ARG(a->y || a->m == 0 || wi->n == 0, "linear: y is NULL");
+    /* x is quantized into scratch before y is written, so y may overlap x; the bias is read while y is written. */
+    size_t bias_bytes = a->bias ? (size_t)wi->n * bfp8_dtype_size(a->bias_dtype) : 0;
+    BFP8_CHECK_ARG(!bfp8_ranges_overlap(a->y, y_bytes, a->bias, bias_bytes), "linear: y overlaps the bias");
     return BFP8_OK;
 }
 
