@@ -90,6 +90,20 @@ bfp8_status bfp8_run_gemm(const bfp8_backend *b, const bfp8_gemm_args *args) {
     return st;
 }
 
+/* Whether a host output holds inf or NaN. */
+static bool output_nonfinite(const bfp8_gemm_args *a) {
+    return bfp8_count_nonfinite_values(a->y, a->y_dtype, a->m * a->n) > 0;
+}
+
+/* Every non-finite value among a host GEMM's operands, by kind. */
+static void count_operands(const bfp8_gemm_args *a, bfp8_nonfinite_stats *out) {
+    out->activations = (uint64_t)bfp8_count_nan_codes(a->a, a->m * a->k);
+    out->act_scales = (uint64_t)bfp8_count_nonfinite_scales(&a->a_scales);
+    out->weight_codes = (uint64_t)bfp8_count_nan_codes(a->b, a->n * a->k);
+    out->weight_scales = (uint64_t)bfp8_count_nonfinite_scales(&a->b_scales);
+    out->bias = a->bias ? (uint64_t)bfp8_count_nonfinite_values(a->bias, a->bias_dtype, a->n) : 0;
+}
+
 bfp8_status bfp8_gemm(bfp8_dispatcher *d, const bfp8_gemm_args *args) {
     if (!d) d = bfp8_dispatcher_default();
     if (!d) return BFP8_ERR_UNSUPPORTED; /* bfp8_dispatcher_default set the message */
@@ -97,5 +111,14 @@ bfp8_status bfp8_gemm(bfp8_dispatcher *d, const bfp8_gemm_args *args) {
     BFP8_TRY(bfp8_problem_from_gemm(args, &p));
     bfp8_decision dec;
     BFP8_TRY(bfp8_dispatch_record(d, &p, &dec));
-    return bfp8_run_gemm(dec.backend, args);
+    BFP8_TRY(bfp8_run_gemm(dec.backend, args));
+    /* A non-finite operand always reaches y (NaN and inf survive every product and sum, and inf * 0 is NaN), so
+     * a finite y proves the operands finite at the cost of one pass over y; only then are the operands scanned.
+     * On CUDA that pass would need a host sync per call: not counted there. */
+    if (args->device == BFP8_DEVICE_CPU && args->m > 0 && args->n > 0 && output_nonfinite(args)) {
+        bfp8_nonfinite_stats add;
+        count_operands(args, &add);
+        bfp8_dispatch_count(d, &add);
+    }
+    return BFP8_OK;
 }

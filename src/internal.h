@@ -105,10 +105,28 @@ void bfp8_store_f64(void *p, bfp8_dtype dt, int64_t i, double v);
 /* Scale of one group from its amax over finite values (DESIGN section 3). */
 float bfp8_group_scale(float amax, bfp8_scale_format format);
 
+/* Host scans for the non-finite statistics: NaN E4M3 codes (0x7F, 0xFF) among `count` codes; inf and NaN among
+ * `count` f32/bf16/f16 values; inf and NaN among a host scale matrix's values. */
+int64_t bfp8_count_nan_codes(const uint8_t *q, int64_t count);
+int64_t bfp8_count_nonfinite_values(const void *p, bfp8_dtype dt, int64_t count);
+int64_t bfp8_count_nonfinite_scales(const bfp8_scales *s);
+/* Refuses host scales declared UE8M0 whose values are not exact powers of two in [2^-126, 2^127] (biased exponents
+ * 1..254, every value bfp8_ue8m0_ceil gives and the packed layout holds), naming the first. fp32 scales pass. */
+bfp8_status bfp8_check_ue8m0_scales(const char *what, const bfp8_scales *s);
+
 /* Decides with the dispatcher's policy and records the call (stats, fallback, BFP8_LOG=dispatch). */
 bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *dec);
-void bfp8_dispatch_count_nonfinite(bfp8_dispatcher *d, int64_t count);
-/* Validates GEMM arguments (shapes, pointers, scale descriptors, dtypes). */
+/* Adds to the non-finite statistics (takes the lock only when a count is non-zero). */
+void bfp8_dispatch_count(bfp8_dispatcher *d, const bfp8_nonfinite_stats *add);
+/* The dispatcher's counters on the current CUDA device, two device int64s: [0] activations, [1] bias. Kernels add
+ * to them on the stream; the host reads them only when the statistics are read, so a call never waits for the
+ * GPU. Allocated on first use; NULL when that is impossible without disturbing the caller (a graph capture in
+ * progress, no memory), and the call is then recorded as uncounted. */
+int64_t *bfp8_dispatch_cuda_counters(bfp8_dispatcher *d, void *stream);
+/* The reference's value of y[m, n] before its one rounding: block partials and promotion in double, the bias
+ * added (DESIGN section 3). Shared by `ref` and the `cpu` backend's overflow path, so both give the same bytes. */
+double bfp8_ref_element(const bfp8_gemm_args *a, int64_t m, int64_t n);
+/* Validates GEMM arguments (shapes, pointers, scale descriptors, dtypes, y overlapping an operand). */
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args);
 /* Runs a validated GEMM on the decided backend; an empty output (M or N = 0) returns at once. */
 bfp8_status bfp8_run_gemm(const bfp8_backend *b, const bfp8_gemm_args *args);
@@ -138,6 +156,13 @@ extern const bfp8_backend bfp8_backend_cpu;
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d);
 /* CUDA arch of the current device x10, or 0. */
 int bfp8_cuda_current_arch(void);
+/* The current CUDA device's ordinal, or -1 (no CUDA). */
+int bfp8_cuda_current_device(void);
+/* Whether `stream` is capturing a CUDA graph (where allocations and synchronous copies are not allowed). */
+bool bfp8_cuda_stream_capturing(void *stream);
+/* Adds the number of inf and NaN among x[0..n) (f32/bf16/f16, device memory) to the device int64 `counter`, by a
+ * kernel on `stream`; nothing waits for it. */
+bfp8_status bfp8_cuda_count_nonfinite(const void *x, bfp8_dtype dtype, int64_t n, int64_t *counter, void *stream);
 /* Test hook: true runs every cuda_generic problem on its mma.sync kernel (env BFP8_CUDA_GENERIC_KERNEL=mma_sync
  * does the same), false restores the default (the wgmma kernel where it applies). No-op without CUDA. */
 void bfp8_cuda_generic_force_mma_sync(bool on);

@@ -103,14 +103,26 @@ bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_lin
     if (st == BFP8_OK) st = bfp8_scales_init(&g.a_scales, p.scale_format, a_layout, args->m, kblocks, buf.scales);
     if (st == BFP8_OK) {
         g.a = buf.q;
+        /* Non-finite inputs by kind: the weight's were counted when it was made; x and the bias here. On CUDA,
+         * kernels add them to device counters that only reading the statistics waits for. */
+        bfp8_weight_info wi;
+        (void)bfp8_weight_info_get(w, &wi);
+        bfp8_nonfinite_stats add = {.weight_codes = (uint64_t)wi.nonfinite_codes,
+                                    .weight_scales = (uint64_t)wi.nonfinite_scales};
         if (args->device == BFP8_DEVICE_CUDA) {
-            /* Counting non-finite inputs on the device would need a synchronizing read-back per call. */
-            st = bfp8_quantize_act_cuda(args->x, args->x_dtype, args->m, p.k, buf.q, &g.a_scales, NULL, args->stream);
+            int64_t *counters = bfp8_dispatch_cuda_counters(d, args->stream);
+            if (args->bias && counters)
+                st = bfp8_cuda_count_nonfinite(args->bias, args->bias_dtype, p.n, &counters[1], args->stream);
+            if (st == BFP8_OK)
+                st = bfp8_quantize_act_cuda(args->x, args->x_dtype, args->m, p.k, buf.q, &g.a_scales, counters,
+                                            args->stream);
         } else {
             int64_t nonfinite = 0;
             st = bfp8_quantize_act(args->x, args->x_dtype, args->m, p.k, buf.q, &g.a_scales, &nonfinite);
-            bfp8_dispatch_count_nonfinite(d, nonfinite);
+            add.activations = (uint64_t)nonfinite;
+            if (args->bias) add.bias = (uint64_t)bfp8_count_nonfinite_values(args->bias, args->bias_dtype, p.n);
         }
+        if (st == BFP8_OK && args->m > 0) bfp8_dispatch_count(d, &add);
     }
     if (st == BFP8_OK) {
         g_act_from_prior_kernel = args->device == BFP8_DEVICE_CUDA;
