@@ -20,6 +20,10 @@ ifeq ($(SANITIZE),1)
   CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
   LDFLAGS_SAN := -fsanitize=address,undefined
 endif
+ifeq ($(SANITIZE),thread)
+  CFLAGS_BASE += -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS_SAN := -fsanitize=thread
+endif
 
 # ISA flags only on the kernel files that need them (files named *_avx2.c).
 AVX2_FLAGS := -mavx2 -mfma -mf16c
@@ -76,7 +80,7 @@ CLI := $(BUILD)/blockfp8
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
-.PHONY: all lib cli demo quant-bench gpu-tools test check-unit check-asan check-crosscheck check-cli fuzz fuzz-build deps clean help
+.PHONY: all lib cli demo quant-bench gpu-tools test check-unit check-asan check-crosscheck check-cli fuzz fuzz-build deps clean help tsan
 
 all: $(BUILD)/.deps-ok lib cli
 
@@ -178,6 +182,12 @@ check-ptxas: all
 check-asan:
 	$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 check-unit
 
+# The concurrency test under ThreadSanitizer (its own CPU-only build: TSan excludes ASan, and the CUDA runtime is
+# not instrumented). On demand, not part of `make test`.
+tsan:
+	$(MAKE) --no-print-directory BUILD=build-tsan SANITIZE=thread CUDA=0 build-tsan/tests/test_concurrency
+	TSAN_OPTIONS="halt_on_error=1 $${TSAN_OPTIONS:-}" ./build-tsan/tests/test_concurrency
+
 check-cli: $(CLI)
 	@sh tests/cli.sh $(BUILD)
 
@@ -201,4 +211,4 @@ fuzz: $(FUZZ_BIN)
 	./$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 build-fuzz/corpus fuzz/corpus
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz
