@@ -57,6 +57,10 @@ ifeq ($(SANITIZE),1)
 else
   SO_LDFLAGS := -Wl,--no-undefined
 endif
+ifeq ($(SANITIZE),thread)
+  CFLAGS_BASE += -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS_SAN := -fsanitize=thread
+endif
 
 # ISA flags only on the kernel files that need them (files named *_avx2.c).
 AVX2_FLAGS := -mavx2 -mfma -mf16c
@@ -122,7 +126,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 .PHONY: all lib cli demo quant-bench gpu-tools test check-deps check-test-deps check-unit check-ptxas check-asan \
         check-clang check-cli check-crosscheck check-exports check-install check-runtime check-nonroot fuzz \
-        fuzz-build deps install uninstall clean help FORCE
+        fuzz-build deps install uninstall clean help tsan FORCE
 
 all: lib cli
 
@@ -309,6 +313,12 @@ check-clang:
 	    $(MAKE) --no-print-directory BUILD=build-clang CC=$(CLANG) CUDA_OBJDIR=$(CUDA_OBJDIR) check-unit; \
 	else echo "check-clang: $(CLANG) not found (run \`make deps\` as root, or install clang)"; exit 1; fi
 
+# The concurrency test under ThreadSanitizer (its own CPU-only build: TSan excludes ASan, and the CUDA runtime is
+# not instrumented). On demand, not part of `make test`.
+tsan:
+	$(MAKE) --no-print-directory BUILD=build-tsan SANITIZE=thread CUDA=0 build-tsan/tests/test_concurrency
+	TSAN_OPTIONS="halt_on_error=1 $${TSAN_OPTIONS:-}" ./build-tsan/tests/test_concurrency
+
 check-cli: $(CLI)
 	@sh tests/cli.sh $(BUILD)
 
@@ -331,4 +341,4 @@ fuzz: $(FUZZ_BIN)
 	./$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 build-fuzz/corpus fuzz/corpus
 
 clean:
-	rm -rf $(BUILD) build-asan build-clang build-fuzz
+	rm -rf $(BUILD) build-asan build-clang build-tsan build-fuzz

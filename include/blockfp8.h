@@ -9,6 +9,14 @@
  * Conventions: every function that can fail returns a bfp8_status; on failure bfp8_last_error() holds a message
  * for the calling thread. Library code never exits or aborts. Sizes are int64_t and checked for overflow.
  * Matrices are row-major and contiguous: A (activations) is [M, K], B (the weight) is [N, K], Y is [M, N].
+ * Each of M, N, K is at most 2^62. Enums outside their range are refused, never read as another value.
+ *
+ * Aliasing: inputs may share memory with one another; an output may share no byte with an input or another output
+ * of the same call, and a call given such pointers fails with BFP8_ERR_INVALID_ARGUMENT before it writes: the
+ * quantizers' q and scales with x and with each other, dequantize's out with q and the scales, gemm's y with A, B,
+ * their scales and the bias, linear's y with the bias, requantize's and scales_convert's outputs with their inputs.
+ * One exception: bfp8_linear reads all of x before it writes y, so y may overlap x. Device pointers are compared
+ * the same way, as address ranges.
  */
 #ifndef BLOCKFP8_H
 #define BLOCKFP8_H
@@ -190,6 +198,10 @@ typedef struct bfp8_caps {
     int priority;             /* auto picks the capable backend with the highest priority */
 } bfp8_caps;
 
+/* Overflow: on finite inputs a block's partial times its two scales, or the running total, can exceed fp32. The
+ * `cpu` backend recomputes each output element whose fp32 result is inf or NaN exactly as `ref` does (in double),
+ * so the two agree there byte for byte (e.g. 0 where +X and -X cancel, inf where the exact value exceeds the output
+ * dtype). The CUDA backends stay in fp32 and write inf or NaN for such an element. */
 typedef struct bfp8_gemm_args {
     int64_t m, n, k;
     const uint8_t *a;     /* [m, k] e4m3 */
@@ -245,7 +257,8 @@ typedef struct bfp8_decision {
 bfp8_status bfp8_select(const bfp8_backend *const *backends, size_t count, const bfp8_problem *p,
                         bfp8_policy policy, const char *preferred_name, bfp8_decision *out);
 
-/* A dispatcher: a registry of backends, a policy and thread-safe statistics. */
+/* A dispatcher: a registry of backends, a policy and thread-safe statistics. Add backends before the first call;
+ * after that, calls, policy changes and statistics may come from any threads at once. */
 typedef struct bfp8_dispatcher bfp8_dispatcher;
 
 /* An empty dispatcher (tests add mock backends to it). */
@@ -282,7 +295,21 @@ typedef struct bfp8_fallback_stat {
 uint64_t bfp8_dispatcher_calls(bfp8_dispatcher *d, const char *backend_name);
 size_t bfp8_dispatcher_fallback_count(bfp8_dispatcher *d);
 bfp8_status bfp8_dispatcher_fallback_at(bfp8_dispatcher *d, size_t index, bfp8_fallback_stat *out);
-/* Non-finite activation values seen by bfp8_linear (each encoded as NaN). */
+/* Non-finite values that entered calls, by kind, counted per call (a weight with 3 NaN codes used 10 times adds
+ * 30). bfp8_linear counts x, the weight (from its counts made once at creation) and the bias; on CUDA, x and the
+ * bias are counted by kernels into device counters that only reading the statistics waits for, so figures cover
+ * the calls completed by then. bfp8_gemm on the CPU checks y (O(M*N)) and, if it holds inf or NaN, counts its
+ * operands' (a non-finite operand always reaches y); bfp8_gemm on CUDA counts nothing. */
+typedef struct bfp8_nonfinite_stats {
+    uint64_t activations;     /* inf/NaN x values (linear, each encoded as NaN) or NaN A codes (gemm) */
+    uint64_t act_scales;      /* inf/NaN A scales (gemm) */
+    uint64_t weight_codes;    /* NaN weight codes (0x7F, 0xFF) */
+    uint64_t weight_scales;   /* inf/NaN weight scales */
+    uint64_t bias;            /* inf/NaN bias values */
+    uint64_t uncounted_calls; /* CUDA linear calls whose x and bias could not be counted (no device counter) */
+} bfp8_nonfinite_stats;
+bfp8_status bfp8_dispatcher_nonfinite(bfp8_dispatcher *d, bfp8_nonfinite_stats *out);
+/* The `activations` count of bfp8_dispatcher_nonfinite. */
 uint64_t bfp8_dispatcher_nonfinite_inputs(bfp8_dispatcher *d);
 void bfp8_dispatcher_reset_stats(bfp8_dispatcher *d);
 void bfp8_dispatcher_print_stats(bfp8_dispatcher *d, FILE *out);
@@ -303,9 +330,12 @@ typedef struct bfp8_weight_info {
     bfp8_scale_format scale_format;
     uint32_t host_layouts;   /* BFP8_BIT(layout) set of scale layouts held in host memory */
     uint32_t device_layouts; /* ... held in CUDA device memory (with the fp8 data) */
+    int64_t nonfinite_codes;  /* NaN codes in q, counted once when the weight is made */
+    int64_t nonfinite_scales; /* inf/NaN scales (fp32 format; UE8M0 scales are validated) */
 } bfp8_weight_info;
 
-/* Copies q [n, k] and its scales (any layout) into a new weight held in host memory. */
+/* Copies q [n, k] and its scales (any layout) into a new weight held in host memory. Scales declared UE8M0 must
+ * be exact powers of two in [2^-126, 2^127] (an error names the first that is not). */
 bfp8_status bfp8_weight_create(bfp8_weight **out, const uint8_t *q, int64_t n, int64_t k,
                                const bfp8_scales *scales);
 /* Quantizes w [n, k] (f32, bf16 or f16) into a new weight. */

@@ -55,6 +55,15 @@ bfp8_status bfp8_cuda_free_async(void *ptr, void *stream) {
 }
 
 int bfp8_cuda_current_arch(void) { return 0; }
+int bfp8_cuda_current_device(void) { return -1; }
+bool bfp8_cuda_stream_capturing(void *stream) {
+    (void)stream;
+    return false;
+}
+bfp8_status bfp8_cuda_count_nonfinite(const void *x, bfp8_dtype dtype, int64_t n, int64_t *counter, void *stream) {
+    (void)x, (void)dtype, (void)n, (void)counter, (void)stream;
+    return no_cuda("bfp8_cuda_count_nonfinite");
+}
 
 void bfp8_cuda_generic_force_mma_sync(bool on) { (void)on; }
 

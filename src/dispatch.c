@@ -11,6 +11,7 @@
 #define MAX_FALLBACKS 64
 #define MAX_LOGGED 1024
 #define NAME_MAX_LEN 64
+#define MAX_CUDA_DEVICES 64
 
 typedef struct unavailable_backend {
     char name[NAME_MAX_LEN];
@@ -18,7 +19,9 @@ typedef struct unavailable_backend {
 } unavailable_backend;
 
 struct bfp8_dispatcher {
-    pthread_mutex_t lock; /* guards the statistics and the log set; the registry is fixed before use */
+    /* Guards the policy, the statistics, the device counters and the log set. The registry is fixed before the
+     * first call and read without it. */
+    pthread_mutex_t lock;
     const bfp8_backend *backends[MAX_BACKENDS];
     size_t count;
     unavailable_backend unavailable[MAX_BACKENDS];
@@ -30,10 +33,30 @@ struct bfp8_dispatcher {
     bfp8_fallback_stat fallbacks[MAX_FALLBACKS];
     size_t fallback_count;
     uint64_t fallbacks_unrecorded; /* distinct fallbacks beyond MAX_FALLBACKS: still counted, never lost */
-    uint64_t nonfinite;
+    bfp8_nonfinite_stats nonfinite; /* host-side counts; the CUDA counters are added when read */
+    int64_t *cuda_counters[MAX_CUDA_DEVICES]; /* per device ordinal: device int64 [2] (activations, bias) or NULL */
     uint64_t logged[MAX_LOGGED]; /* hashes of decisions already printed */
     size_t logged_count;
 };
+
+/* The policy as one call sees it: copied under the lock, so a concurrent set_policy never tears the name. */
+typedef struct policy_snapshot {
+    bfp8_policy policy;
+    char preferred[NAME_MAX_LEN];
+} policy_snapshot;
+
+static policy_snapshot snapshot_policy(bfp8_dispatcher *d) {
+    policy_snapshot s;
+    pthread_mutex_lock(&d->lock);
+    s.policy = d->policy;
+    memcpy(s.preferred, d->preferred, sizeof s.preferred);
+    pthread_mutex_unlock(&d->lock);
+    return s;
+}
+
+static const char *policy_name(bfp8_policy policy) {
+    return policy == BFP8_POLICY_AUTO ? "auto" : policy == BFP8_POLICY_PREFER ? "prefer" : "strict";
+}
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Capability check                                                                                              */
@@ -69,10 +92,49 @@ static void format_layout_set(uint32_t set, char *buf, size_t size) {
         return false;                                                                                            \
     } while (0)
 
+#define DTYPE_MASK ((1u << BFP8_DTYPE_COUNT) - 1)
+#define FORMAT_MASK ((1u << BFP8_SCALE_FORMAT_COUNT) - 1)
+#define LAYOUT_MASK ((1u << BFP8_LAYOUT_COUNT) - 1)
+
+/* Every enum and size of a problem, before any of them is used as a shift, an index or a divisor. */
+static bool problem_valid(const bfp8_problem *p, char *reason, size_t reason_size) {
+    if ((unsigned)p->device >= (unsigned)BFP8_DEVICE_COUNT) REJECT("unknown device %d", (int)p->device);
+    if (p->arch < 0) REJECT("negative arch %d", p->arch);
+    if (p->m < 0 || p->n < 0 || p->k < 0)
+        REJECT("negative problem size m=%" PRId64 " n=%" PRId64 " k=%" PRId64, p->m, p->n, p->k);
+    if (p->m > BFP8_DIM_MAX || p->n > BFP8_DIM_MAX || p->k > BFP8_DIM_MAX)
+        REJECT("problem size m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " is too large (max 2^62)", p->m, p->n, p->k);
+    if ((unsigned)p->out_dtype >= (unsigned)BFP8_DTYPE_COUNT || !bfp8_is_float_dtype(p->out_dtype))
+        REJECT("output dtype %d is not f32, bf16 or f16", (int)p->out_dtype);
+    if ((unsigned)p->scale_format >= (unsigned)BFP8_SCALE_FORMAT_COUNT)
+        REJECT("unknown scale format %d", (int)p->scale_format);
+    if ((p->a_layouts | p->b_layouts) & ~LAYOUT_MASK)
+        REJECT("unknown scale layout bits 0x%x", (unsigned)((p->a_layouts | p->b_layouts) & ~LAYOUT_MASK));
+    if (p->has_bias && !bfp8_is_float_dtype(p->bias_dtype))
+        REJECT("bias dtype %d is not f32, bf16 or f16", (int)p->bias_dtype);
+    return true;
+}
+
+/* Declared capabilities that mean something: known device, enum sets within their enums, no negative limits. */
+static bool caps_valid(const bfp8_caps *c, char *reason, size_t reason_size) {
+    if ((unsigned)c->device >= (unsigned)BFP8_DEVICE_COUNT) REJECT("unknown device %d", (int)c->device);
+    if (c->min_arch < 0 || c->max_arch < 0) REJECT("negative arch limit");
+    if ((c->out_dtypes | c->bias_dtypes) & ~DTYPE_MASK) REJECT("unknown dtype bits");
+    if (c->scale_formats & ~FORMAT_MASK) REJECT("unknown scale format bits");
+    if ((c->a_layouts | c->b_layouts) & ~LAYOUT_MASK) REJECT("unknown scale layout bits");
+    if (c->min_k < 0 || c->m_multiple < 0 || c->n_multiple < 0 || c->k_multiple < 0 || c->max_m < 0 ||
+        c->max_n < 0 || c->max_k < 0)
+        REJECT("negative size limit");
+    return true;
+}
+
 bool bfp8_backend_check(const bfp8_backend *b, const bfp8_problem *p, char *reason, size_t reason_size) {
     char set[128];
     if (reason && reason_size) reason[0] = '\0';
     if (!b || !p) REJECT("no backend or no problem");
+    if (!problem_valid(p, reason, reason_size)) return false;
+    char why[BFP8_REASON_MAX / 2];
+    if (!caps_valid(&b->caps, why, sizeof why)) REJECT("invalid capabilities: %s", why);
     const bfp8_caps *c = &b->caps;
     if (c->device != p->device)
         REJECT("runs on %s, the data is on %s", bfp8_device_name(c->device), bfp8_device_name(p->device));
@@ -120,15 +182,9 @@ bool bfp8_backend_check(const bfp8_backend *b, const bfp8_problem *p, char *reas
 }
 
 static bfp8_status check_problem(const bfp8_problem *p) {
+    char why[BFP8_REASON_MAX];
     BFP8_CHECK_ARG(p, "problem is NULL");
-    BFP8_CHECK_ARG(p->device >= 0 && p->device < BFP8_DEVICE_COUNT, "unknown device %d", (int)p->device);
-    BFP8_CHECK_ARG(p->m >= 0 && p->n >= 0 && p->k >= 0, "negative problem size m=%" PRId64 " n=%" PRId64 " k=%" PRId64,
-                   p->m, p->n, p->k);
-    BFP8_CHECK_ARG(bfp8_is_float_dtype(p->out_dtype), "output dtype %d is not f32, bf16 or f16", (int)p->out_dtype);
-    BFP8_CHECK_ARG(p->scale_format >= 0 && p->scale_format < BFP8_SCALE_FORMAT_COUNT, "unknown scale format %d",
-                   (int)p->scale_format);
-    BFP8_CHECK_ARG(!p->has_bias || bfp8_is_float_dtype(p->bias_dtype), "bias dtype %d is not f32, bf16 or f16",
-                   (int)p->bias_dtype);
+    BFP8_CHECK_ARG(problem_valid(p, why, sizeof why), "%s", why);
     return BFP8_OK;
 }
 
@@ -226,6 +282,8 @@ bfp8_status bfp8_dispatcher_create(bfp8_dispatcher **out) {
 }
 
 bfp8_status bfp8_dispatcher_create_default(bfp8_dispatcher **out) {
+    BFP8_CHECK_ARG(out, "out is NULL");
+    *out = NULL;
     bfp8_dispatcher *d;
     BFP8_TRY(bfp8_dispatcher_create(&d));
     bfp8_status st = bfp8_dispatcher_add(d, &bfp8_backend_cpu);
@@ -260,17 +318,22 @@ bfp8_dispatcher *bfp8_dispatcher_default(void) {
     return default_dispatcher;
 }
 
-/* Releases the default dispatcher at exit so leak checkers see a clean process. */
-__attribute__((destructor)) static void free_default_dispatcher(void) {
-    bfp8_dispatcher_free(default_dispatcher);
-    default_dispatcher = NULL;
-}
-
-void bfp8_dispatcher_free(bfp8_dispatcher *d) {
+static void dispatcher_free(bfp8_dispatcher *d, bool free_device) {
     if (!d) return;
+    for (int i = 0; i < MAX_CUDA_DEVICES && free_device; i++)
+        if (d->cuda_counters[i]) bfp8_cuda_free(d->cuda_counters[i]);
     pthread_mutex_destroy(&d->lock);
     free(d);
 }
+
+/* Releases the default dispatcher at exit so leak checkers see a clean process. Its device counters are left to
+ * the process's end: the CUDA runtime may already be shut down when destructors run. */
+__attribute__((destructor)) static void free_default_dispatcher(void) {
+    dispatcher_free(default_dispatcher, false);
+    default_dispatcher = NULL;
+}
+
+void bfp8_dispatcher_free(bfp8_dispatcher *d) { dispatcher_free(d, true); }
 
 static bool name_taken(const bfp8_dispatcher *d, const char *name) {
     for (size_t i = 0; i < d->count; i++)
@@ -285,6 +348,9 @@ bfp8_status bfp8_dispatcher_add(bfp8_dispatcher *d, const bfp8_backend *backend)
     BFP8_CHECK_ARG(backend->name && backend->name[0] && strlen(backend->name) < NAME_MAX_LEN,
                    "backend name must be 1..%d characters", NAME_MAX_LEN - 1);
     BFP8_CHECK_ARG(backend->gemm, "backend '%s' has no gemm function", backend->name);
+    char why[BFP8_REASON_MAX];
+    BFP8_CHECK_ARG(caps_valid(&backend->caps, why, sizeof why), "backend '%s': invalid capabilities: %s",
+                   backend->name, why);
     BFP8_CHECK_ARG(!name_taken(d, backend->name), "a backend named '%s' is already registered", backend->name);
     BFP8_CHECK_ARG(d->count < MAX_BACKENDS, "too many backends (max %d)", MAX_BACKENDS);
     d->backends[d->count++] = backend;
@@ -314,12 +380,13 @@ bfp8_status bfp8_dispatcher_set_policy(bfp8_dispatcher *d, bfp8_policy policy, c
     BFP8_CHECK_ARG(policy == BFP8_POLICY_AUTO || policy == BFP8_POLICY_PREFER || policy == BFP8_POLICY_STRICT,
                    "unknown policy %d", (int)policy);
     if (policy == BFP8_POLICY_AUTO) {
+        pthread_mutex_lock(&d->lock);
         d->policy = policy;
         d->preferred[0] = '\0';
+        pthread_mutex_unlock(&d->lock);
         return BFP8_OK;
     }
-    BFP8_CHECK_ARG(backend_name && backend_name[0], "policy %s needs a backend name",
-                   policy == BFP8_POLICY_PREFER ? "prefer" : "strict");
+    BFP8_CHECK_ARG(backend_name && backend_name[0], "policy %s needs a backend name", policy_name(policy));
     /* A built-in backend that is unavailable on this machine is a valid name: calls then fall back (prefer)
      * or fail (strict) with the reason. A name nobody knows is a typo and an error now. */
     if (!bfp8_dispatcher_find(d, backend_name) && !find_unavailable(d, backend_name)) {
@@ -332,8 +399,11 @@ bfp8_status bfp8_dispatcher_set_policy(bfp8_dispatcher *d, bfp8_policy policy, c
             used += (size_t)snprintf(names + used, sizeof names - used, ", %s", d->unavailable[i].name);
         return bfp8_fail(BFP8_ERR_NOT_FOUND, "no backend named '%s' (known: %s)", backend_name, names);
     }
+    /* Registered names are shorter than NAME_MAX_LEN, so this copy is the whole name. */
+    pthread_mutex_lock(&d->lock);
     d->policy = policy;
     snprintf(d->preferred, sizeof d->preferred, "%s", backend_name);
+    pthread_mutex_unlock(&d->lock);
     return BFP8_OK;
 }
 
@@ -366,14 +436,13 @@ bfp8_status bfp8_dispatcher_unavailable_at(const bfp8_dispatcher *d, size_t inde
 /* Decisions with the dispatcher's policy                                                                        */
 /* ------------------------------------------------------------------------------------------------------------ */
 
-bfp8_status bfp8_dispatcher_select(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *out) {
-    BFP8_CHECK_ARG(d, "dispatcher is NULL");
-    BFP8_CHECK_ARG(out, "decision is NULL");
-    const unavailable_backend *u = d->policy != BFP8_POLICY_AUTO ? find_unavailable(d, d->preferred) : NULL;
-    if (!u) return bfp8_select(d->backends, d->count, p, d->policy, d->preferred, out);
+static bfp8_status select_with(const bfp8_dispatcher *d, const policy_snapshot *pol, const bfp8_problem *p,
+                               bfp8_decision *out) {
+    const unavailable_backend *u = pol->policy != BFP8_POLICY_AUTO ? find_unavailable(d, pol->preferred) : NULL;
+    if (!u) return bfp8_select(d->backends, d->count, p, pol->policy, pol->preferred, out);
 
     /* The preferred backend is built in but not usable here: strict fails, prefer falls back, both say why. */
-    if (d->policy == BFP8_POLICY_STRICT) {
+    if (pol->policy == BFP8_POLICY_STRICT) {
         memset(out, 0, sizeof *out);
         snprintf(out->reason, sizeof out->reason, "unavailable: %.200s", u->why);
         BFP8_TRY(check_problem(p));
@@ -385,8 +454,15 @@ bfp8_status bfp8_dispatcher_select(bfp8_dispatcher *d, const bfp8_problem *p, bf
     return BFP8_OK;
 }
 
-static const char *preferred_name_of(const bfp8_dispatcher *d, const bfp8_decision *dec) {
-    return dec->preferred ? dec->preferred->name : d->preferred;
+bfp8_status bfp8_dispatcher_select(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *out) {
+    BFP8_CHECK_ARG(d, "dispatcher is NULL");
+    BFP8_CHECK_ARG(out, "decision is NULL");
+    policy_snapshot pol = snapshot_policy(d);
+    return select_with(d, &pol, p, out);
+}
+
+static const char *preferred_name_of(const policy_snapshot *pol, const bfp8_decision *dec) {
+    return dec->preferred ? dec->preferred->name : pol->preferred;
 }
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
@@ -403,7 +479,9 @@ static void describe_problem(const bfp8_problem *p, char *buf, size_t size) {
 }
 
 bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *dec) {
-    bfp8_status st = bfp8_dispatcher_select(d, p, dec);
+    BFP8_CHECK_ARG(d && dec, "dispatcher or decision is NULL");
+    policy_snapshot pol = snapshot_policy(d);
+    bfp8_status st = select_with(d, &pol, p, dec);
     if (st != BFP8_OK) return st;
     size_t idx = 0;
     while (idx < d->count && d->backends[idx] != dec->backend) idx++;
@@ -411,7 +489,7 @@ bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8
     pthread_mutex_lock(&d->lock);
     if (idx < d->count) d->calls[idx]++;
     if (dec->fallback) {
-        const char *pref = preferred_name_of(d, dec);
+        const char *pref = preferred_name_of(&pol, dec);
         bfp8_fallback_stat *f = NULL;
         for (size_t i = 0; i < d->fallback_count; i++) {
             bfp8_fallback_stat *e = &d->fallbacks[i];
@@ -446,19 +524,64 @@ bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8
         describe_problem(p, desc, sizeof desc);
         if (dec->fallback)
             fprintf(stderr, "blockfp8 dispatch: %s -> %s (fallback from %s: %s)\n", desc, dec->backend->name,
-                    preferred_name_of(d, dec), dec->reason);
+                    preferred_name_of(&pol, dec), dec->reason);
         else
             fprintf(stderr, "blockfp8 dispatch: %s -> %s (%s)\n", desc, dec->backend->name,
-                    d->policy == BFP8_POLICY_AUTO ? "auto" : d->policy == BFP8_POLICY_PREFER ? "preferred" : "strict");
+                    pol.policy == BFP8_POLICY_PREFER ? "preferred" : policy_name(pol.policy));
     }
     return BFP8_OK;
 }
 
-void bfp8_dispatch_count_nonfinite(bfp8_dispatcher *d, int64_t count) {
-    if (count <= 0) return;
+void bfp8_dispatch_count(bfp8_dispatcher *d, const bfp8_nonfinite_stats *add) {
+    if (!(add->activations | add->act_scales | add->weight_codes | add->weight_scales | add->bias |
+          add->uncounted_calls))
+        return;
     pthread_mutex_lock(&d->lock);
-    d->nonfinite += (uint64_t)count;
+    d->nonfinite.activations += add->activations;
+    d->nonfinite.act_scales += add->act_scales;
+    d->nonfinite.weight_codes += add->weight_codes;
+    d->nonfinite.weight_scales += add->weight_scales;
+    d->nonfinite.bias += add->bias;
+    d->nonfinite.uncounted_calls += add->uncounted_calls;
     pthread_mutex_unlock(&d->lock);
+}
+
+int64_t *bfp8_dispatch_cuda_counters(bfp8_dispatcher *d, void *stream) {
+    int dev = bfp8_cuda_current_device();
+    int64_t *c = NULL;
+    pthread_mutex_lock(&d->lock);
+    if (dev >= 0 && dev < MAX_CUDA_DEVICES) {
+        c = d->cuda_counters[dev];
+        /* Allocating and zeroing are synchronous calls, which a graph capture forbids: a call made while capturing
+         * before any call outside it goes uncounted (and says so in the statistics). */
+        if (!c && !bfp8_cuda_stream_capturing(stream)) {
+            static const int64_t zero[2];
+            void *mem = NULL;
+            if (bfp8_cuda_malloc(&mem, sizeof zero) == BFP8_OK) {
+                if (bfp8_cuda_upload(mem, zero, sizeof zero) == BFP8_OK)
+                    c = d->cuda_counters[dev] = mem;
+                else
+                    bfp8_cuda_free(mem);
+            }
+        }
+    }
+    if (!c) d->nonfinite.uncounted_calls++;
+    pthread_mutex_unlock(&d->lock);
+    return c;
+}
+
+/* The counts with the device counters added; called with the lock held. The copies wait for the kernels of the
+ * legacy stream (and of every blocking stream) that add to them. */
+static bfp8_status read_nonfinite(bfp8_dispatcher *d, bfp8_nonfinite_stats *out) {
+    *out = d->nonfinite;
+    for (int i = 0; i < MAX_CUDA_DEVICES; i++) {
+        int64_t dev[2];
+        if (!d->cuda_counters[i]) continue;
+        BFP8_TRY(bfp8_cuda_download(dev, d->cuda_counters[i], sizeof dev));
+        out->activations += (uint64_t)dev[0];
+        out->bias += (uint64_t)dev[1];
+    }
+    return BFP8_OK;
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -494,21 +617,30 @@ bfp8_status bfp8_dispatcher_fallback_at(bfp8_dispatcher *d, size_t index, bfp8_f
     return BFP8_OK;
 }
 
-uint64_t bfp8_dispatcher_nonfinite_inputs(bfp8_dispatcher *d) {
-    if (!d) return 0;
+bfp8_status bfp8_dispatcher_nonfinite(bfp8_dispatcher *d, bfp8_nonfinite_stats *out) {
+    BFP8_CHECK_ARG(d && out, "NULL argument");
     pthread_mutex_lock(&d->lock);
-    uint64_t n = d->nonfinite;
+    bfp8_status st = read_nonfinite(d, out);
     pthread_mutex_unlock(&d->lock);
-    return n;
+    return st;
+}
+
+uint64_t bfp8_dispatcher_nonfinite_inputs(bfp8_dispatcher *d) {
+    bfp8_nonfinite_stats n;
+    return d && bfp8_dispatcher_nonfinite(d, &n) == BFP8_OK ? n.activations : 0;
 }
 
 void bfp8_dispatcher_reset_stats(bfp8_dispatcher *d) {
     if (!d) return;
+    static const int64_t zero[2];
     pthread_mutex_lock(&d->lock);
     memset(d->calls, 0, sizeof d->calls);
+    memset(d->fallbacks, 0, sizeof d->fallbacks); /* the entries' counts too, not only the list's length */
     d->fallback_count = 0;
     d->fallbacks_unrecorded = 0;
-    d->nonfinite = 0;
+    memset(&d->nonfinite, 0, sizeof d->nonfinite);
+    for (int i = 0; i < MAX_CUDA_DEVICES; i++)
+        if (d->cuda_counters[i]) (void)bfp8_cuda_upload(d->cuda_counters[i], zero, sizeof zero);
     d->logged_count = 0;
     pthread_mutex_unlock(&d->lock);
 }
@@ -526,19 +658,31 @@ void bfp8_dispatcher_print_stats(bfp8_dispatcher *d, FILE *out) {
     }
     if (d->fallbacks_unrecorded)
         fprintf(out, "    (+%" PRIu64 " fallbacks with further distinct reasons)\n", d->fallbacks_unrecorded);
-    fprintf(out, "  non-finite activations: %" PRIu64 "\n", d->nonfinite);
+    bfp8_nonfinite_stats nf;
+    if (read_nonfinite(d, &nf) == BFP8_OK) {
+        fprintf(out,
+                "  non-finite inputs: activations %" PRIu64 ", activation scales %" PRIu64 ", weight codes %" PRIu64
+                ", weight scales %" PRIu64 ", bias %" PRIu64 "\n",
+                nf.activations, nf.act_scales, nf.weight_codes, nf.weight_scales, nf.bias);
+        if (nf.uncounted_calls)
+            fprintf(out, "    (%" PRIu64 " CUDA calls not counted: no device counter, as in a graph capture before any "
+                    "call outside one)\n", nf.uncounted_calls);
+    } else {
+        fprintf(out, "  non-finite inputs: unreadable: %s\n", bfp8_last_error());
+    }
     pthread_mutex_unlock(&d->lock);
 }
 
 bfp8_status bfp8_dispatcher_explain(bfp8_dispatcher *d, const bfp8_problem *p, FILE *out) {
     BFP8_CHECK_ARG(d && out, "NULL argument");
     BFP8_TRY(check_problem(p));
+    policy_snapshot pol = snapshot_policy(d);
     char desc[256];
     describe_problem(p, desc, sizeof desc);
     fprintf(out, "problem: %s", desc);
     if (p->device == BFP8_DEVICE_CUDA) fprintf(out, " arch=sm_%d", p->arch);
-    fprintf(out, "\npolicy:  %s%s%s\n", d->policy == BFP8_POLICY_AUTO ? "auto" : d->policy == BFP8_POLICY_PREFER ? "prefer" : "strict",
-            d->policy == BFP8_POLICY_AUTO ? "" : " ", d->preferred);
+    fprintf(out, "\npolicy:  %s%s%s\n", policy_name(pol.policy), pol.policy == BFP8_POLICY_AUTO ? "" : " ",
+            pol.preferred);
     fprintf(out, "backends (by priority):\n");
     /* Show in the order auto considers them: priority, then registration. */
     bool shown[MAX_BACKENDS] = {0};
@@ -557,13 +701,14 @@ bfp8_status bfp8_dispatcher_explain(bfp8_dispatcher *d, const bfp8_problem *p, F
         fprintf(out, "  %-14s %-4s unavailable: %s\n", d->unavailable[i].name, "no", d->unavailable[i].why);
 
     bfp8_decision dec;
-    bfp8_status st = bfp8_dispatcher_select(d, p, &dec);
+    bfp8_status st = select_with(d, &pol, p, &dec);
     if (st != BFP8_OK) {
         fprintf(out, "choice:  none: %s\n", bfp8_last_error());
         return st;
     }
     if (dec.fallback)
-        fprintf(out, "choice:  %s (fallback from %s: %s)\n", dec.backend->name, preferred_name_of(d, &dec), dec.reason);
+        fprintf(out, "choice:  %s (fallback from %s: %s)\n", dec.backend->name, preferred_name_of(&pol, &dec),
+                dec.reason);
     else
         fprintf(out, "choice:  %s\n", dec.backend->name);
     return BFP8_OK;

@@ -21,18 +21,28 @@ const char *bfp8_status_name(bfp8_status status) {
 
 const char *bfp8_last_error(void) { return last_error; }
 
+/* Formats into a scratch buffer first: callers may pass the current message as an argument ("%s: %s",
+ * bfp8_last_error()), and vsnprintf's source and destination must not overlap. */
 bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...) {
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return status;
+}
+
+bfp8_status bfp8_check_dims(const char *what, int64_t rows, int64_t cols) {
+    BFP8_CHECK_ARG(rows >= 0 && cols >= 0, "%s: negative shape [%lld, %lld]", what, (long long)rows, (long long)cols);
+    BFP8_CHECK_ARG(rows <= BFP8_DIM_MAX && cols <= BFP8_DIM_MAX, "%s: shape [%lld, %lld] is too large (max 2^62)", what,
+                   (long long)rows, (long long)cols);
+    return BFP8_OK;
 }
 
 bfp8_status bfp8_check_matrix(const char *what, int64_t rows, int64_t cols, size_t elem_size, size_t *bytes) {
     int64_t elems, total;
-    BFP8_CHECK_ARG(rows >= 0 && cols >= 0, "%s: negative shape [%lld, %lld]", what, (long long)rows,
-                   (long long)cols);
+    BFP8_TRY(bfp8_check_dims(what, rows, cols));
     BFP8_CHECK_ARG(bfp8_mul_ok(rows, cols, &elems) && bfp8_mul_ok(elems, (int64_t)elem_size, &total) &&
                        (uint64_t)total <= (uint64_t)SIZE_MAX,
                    "%s: shape [%lld, %lld] overflows", what, (long long)rows, (long long)cols);

@@ -87,6 +87,30 @@ float bfp8_group_scale(float amax, bfp8_scale_format format) {
 }
 
 /* ----------------------------------------------------------------------------------------------------------------
+ * Counting non-finite values (the dispatcher's per-kind statistics)
+ * -------------------------------------------------------------------------------------------------------------- */
+
+int64_t bfp8_count_nan_codes(const uint8_t *q, int64_t count) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < count; i++) bad += (q[i] & 0x7F) == 0x7F;
+    return bad;
+}
+
+/* On the bit patterns: an all-ones exponent field is inf or NaN in every float format. */
+int64_t bfp8_count_nonfinite_values(const void *p, bfp8_dtype dt, int64_t count) {
+    int64_t bad = 0;
+    if (dt == BFP8_DTYPE_F32) {
+        const uint32_t *u = p;
+        for (int64_t i = 0; i < count; i++) bad += (u[i] & 0x7F800000u) == 0x7F800000u;
+    } else {
+        const uint16_t *u = p;
+        const uint16_t mask = dt == BFP8_DTYPE_BF16 ? 0x7F80u : 0x7C00u;
+        for (int64_t i = 0; i < count; i++) bad += (u[i] & mask) == mask;
+    }
+    return bad;
+}
+
+/* ----------------------------------------------------------------------------------------------------------------
  * bf16 / fp16 and the single rounding of doubles
  * -------------------------------------------------------------------------------------------------------------- */
 

@@ -23,13 +23,16 @@ bfp8_scale_layout bfp8_act_layout(uint32_t set) {
 
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args) {
     BFP8_CHECK_ARG(args, "gemm: args is NULL");
-    BFP8_CHECK_ARG(args->device >= 0 && args->device < BFP8_DEVICE_COUNT, "gemm: unknown device %d",
+    BFP8_CHECK_ARG((unsigned)args->device < (unsigned)BFP8_DEVICE_COUNT, "gemm: unknown device %d",
                    (int)args->device);
-    BFP8_TRY(bfp8_check_matrix("gemm: A", args->m, args->k, 1, NULL));
-    BFP8_TRY(bfp8_check_matrix("gemm: B", args->n, args->k, 1, NULL));
-    BFP8_CHECK_ARG(bfp8_is_float_dtype(args->y_dtype), "gemm: output dtype %s is not f32, bf16 or f16",
-                   bfp8_dtype_name(args->y_dtype));
-    BFP8_TRY(bfp8_check_matrix("gemm: Y", args->m, args->n, bfp8_dtype_size(args->y_dtype), NULL));
+    BFP8_TRY(bfp8_check_dims("gemm: [M, N]", args->m, args->n));
+    BFP8_TRY(bfp8_check_dims("gemm: [N, K]", args->n, args->k));
+    size_t a_bytes, b_bytes, y_bytes;
+    BFP8_TRY(bfp8_check_matrix("gemm: A", args->m, args->k, 1, &a_bytes));
+    BFP8_TRY(bfp8_check_matrix("gemm: B", args->n, args->k, 1, &b_bytes));
+    BFP8_CHECK_ARG(bfp8_is_float_dtype(args->y_dtype), "gemm: output dtype %s (%d) is not f32, bf16 or f16",
+                   bfp8_dtype_name(args->y_dtype), (int)args->y_dtype);
+    BFP8_TRY(bfp8_check_matrix("gemm: Y", args->m, args->n, bfp8_dtype_size(args->y_dtype), &y_bytes));
     int64_t kblocks = bfp8_ceil_div(args->k, BFP8_BLOCK);
     BFP8_TRY(bfp8_check_scales("gemm: A scales", &args->a_scales, args->m, kblocks));
     BFP8_TRY(bfp8_check_scales("gemm: B scales", &args->b_scales, bfp8_ceil_div(args->n, BFP8_BLOCK), kblocks));
@@ -38,7 +41,23 @@ bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args) {
     BFP8_CHECK_ARG(args->b || !has_b, "gemm: B is NULL");
     BFP8_CHECK_ARG(args->y || args->m == 0 || args->n == 0, "gemm: Y is NULL");
     BFP8_CHECK_ARG(!args->bias || bfp8_is_float_dtype(args->bias_dtype),
-                   "gemm: bias dtype %s is not f32, bf16 or f16", bfp8_dtype_name(args->bias_dtype));
+                   "gemm: bias dtype %s (%d) is not f32, bf16 or f16", bfp8_dtype_name(args->bias_dtype),
+                   (int)args->bias_dtype);
+    /* y is written while the operands are still being read: it may share no byte with any of them. */
+    const struct {
+        const char *name;
+        const void *p;
+        size_t bytes;
+    } in[] = {
+        {"A", args->a, a_bytes},
+        {"B", args->b, b_bytes},
+        {"the A scales", args->a_scales.data, bfp8_scales_bytes(args->a_scales.layout, args->m, kblocks)},
+        {"the B scales", args->b_scales.data, bfp8_scales_bytes(args->b_scales.layout, args->b_scales.rows, kblocks)},
+        {"the bias", args->bias, args->bias ? (size_t)args->n * bfp8_dtype_size(args->bias_dtype) : 0},
+    };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        BFP8_CHECK_ARG(!bfp8_ranges_overlap(args->y, y_bytes, in[i].p, in[i].bytes), "gemm: y overlaps %s",
+                       in[i].name);
     return BFP8_OK;
 }
 
@@ -71,6 +90,20 @@ bfp8_status bfp8_run_gemm(const bfp8_backend *b, const bfp8_gemm_args *args) {
     return st;
 }
 
+/* Whether a host output holds inf or NaN. */
+static bool output_nonfinite(const bfp8_gemm_args *a) {
+    return bfp8_count_nonfinite_values(a->y, a->y_dtype, a->m * a->n) > 0;
+}
+
+/* Every non-finite value among a host GEMM's operands, by kind. */
+static void count_operands(const bfp8_gemm_args *a, bfp8_nonfinite_stats *out) {
+    out->activations = (uint64_t)bfp8_count_nan_codes(a->a, a->m * a->k);
+    out->act_scales = (uint64_t)bfp8_count_nonfinite_scales(&a->a_scales);
+    out->weight_codes = (uint64_t)bfp8_count_nan_codes(a->b, a->n * a->k);
+    out->weight_scales = (uint64_t)bfp8_count_nonfinite_scales(&a->b_scales);
+    out->bias = a->bias ? (uint64_t)bfp8_count_nonfinite_values(a->bias, a->bias_dtype, a->n) : 0;
+}
+
 bfp8_status bfp8_gemm(bfp8_dispatcher *d, const bfp8_gemm_args *args) {
     if (!d) d = bfp8_dispatcher_default();
     if (!d) return BFP8_ERR_UNSUPPORTED; /* bfp8_dispatcher_default set the message */
@@ -78,5 +111,14 @@ bfp8_status bfp8_gemm(bfp8_dispatcher *d, const bfp8_gemm_args *args) {
     BFP8_TRY(bfp8_problem_from_gemm(args, &p));
     bfp8_decision dec;
     BFP8_TRY(bfp8_dispatch_record(d, &p, &dec));
-    return bfp8_run_gemm(dec.backend, args);
+    BFP8_TRY(bfp8_run_gemm(dec.backend, args));
+    /* A non-finite operand always reaches y (NaN and inf survive every product and sum, and inf * 0 is NaN), so
+     * a finite y proves the operands finite at the cost of one pass over y; only then are the operands scanned.
+     * On CUDA that pass would need a host sync per call: not counted there. */
+    if (args->device == BFP8_DEVICE_CPU && args->m > 0 && args->n > 0 && output_nonfinite(args)) {
+        bfp8_nonfinite_stats add;
+        count_operands(args, &add);
+        bfp8_dispatch_count(d, &add);
+    }
+    return BFP8_OK;
 }

@@ -27,7 +27,8 @@ bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
         if (bfp8_try_status_ != BFP8_OK) return bfp8_try_status_;                                                \
     } while (0)
 
-static inline int64_t bfp8_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* ceil(a / b) for b > 0 and any a, without the overflow of (a + b - 1) / b near INT64_MAX. */
+static inline int64_t bfp8_ceil_div(int64_t a, int64_t b) { return a / b + (a % b > 0); }
 /* The bits of an fp32 and back (memcpy: no aliasing questions). */
 static inline uint32_t bfp8_f32_bits(float x) {
     uint32_t u;
@@ -39,12 +40,30 @@ static inline float bfp8_f32_from_bits(uint32_t u) {
     memcpy(&x, &u, sizeof x);
     return x;
 }
-static inline int64_t bfp8_round_up(int64_t a, int64_t b) { return bfp8_ceil_div(a, b) * b; }
+/* a rounded up to a multiple of b (b > 0); -1 when that overflows, which every later size check refuses. Sizes
+ * that passed bfp8_check_dims never overflow here. */
+static inline int64_t bfp8_round_up(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_mul_overflow(bfp8_ceil_div(a, b), b, &r) ? -1 : r;
+}
 
 /* a*b into *out; false on overflow or a negative operand. */
 static inline bool bfp8_mul_ok(int64_t a, int64_t b, int64_t *out) {
     if (a < 0 || b < 0) return false;
     return !__builtin_mul_overflow(a, b, out);
+}
+
+/* Largest M, N or K (and row count) the library accepts: far beyond any buffer, and small enough that the block
+ * counts, the paddings to multiples of 128 and the ceil divisions of every layout cannot overflow. */
+#define BFP8_DIM_MAX (INT64_C(1) << 62)
+/* Each dimension in [0, BFP8_DIM_MAX]; the error names `what` and the shape. */
+bfp8_status bfp8_check_dims(const char *what, int64_t rows, int64_t cols);
+
+/* Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte (empty ranges never do). Host or
+ * device addresses alike: only the numbers are compared. */
+static inline bool bfp8_ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return a && b && a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
 /* Validates a [rows, cols] shape (non-negative, rows*cols*elem_size fits in size_t and int64). */
@@ -86,10 +105,28 @@ void bfp8_store_f64(void *p, bfp8_dtype dt, int64_t i, double v);
 /* Scale of one group from its amax over finite values (DESIGN section 3). */
 float bfp8_group_scale(float amax, bfp8_scale_format format);
 
+/* Host scans for the non-finite statistics: NaN E4M3 codes (0x7F, 0xFF) among `count` codes; inf and NaN among
+ * `count` f32/bf16/f16 values; inf and NaN among a host scale matrix's values. */
+int64_t bfp8_count_nan_codes(const uint8_t *q, int64_t count);
+int64_t bfp8_count_nonfinite_values(const void *p, bfp8_dtype dt, int64_t count);
+int64_t bfp8_count_nonfinite_scales(const bfp8_scales *s);
+/* Refuses host scales declared UE8M0 whose values are not exact powers of two in [2^-126, 2^127] (biased exponents
+ * 1..254, every value bfp8_ue8m0_ceil gives and the packed layout holds), naming the first. fp32 scales pass. */
+bfp8_status bfp8_check_ue8m0_scales(const char *what, const bfp8_scales *s);
+
 /* Decides with the dispatcher's policy and records the call (stats, fallback, BFP8_LOG=dispatch). */
 bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *dec);
-void bfp8_dispatch_count_nonfinite(bfp8_dispatcher *d, int64_t count);
-/* Validates GEMM arguments (shapes, pointers, scale descriptors, dtypes). */
+/* Adds to the non-finite statistics (takes the lock only when a count is non-zero). */
+void bfp8_dispatch_count(bfp8_dispatcher *d, const bfp8_nonfinite_stats *add);
+/* The dispatcher's counters on the current CUDA device, two device int64s: [0] activations, [1] bias. Kernels add
+ * to them on the stream; the host reads them only when the statistics are read, so a call never waits for the
+ * GPU. Allocated on first use; NULL when that is impossible without disturbing the caller (a graph capture in
+ * progress, no memory), and the call is then recorded as uncounted. */
+int64_t *bfp8_dispatch_cuda_counters(bfp8_dispatcher *d, void *stream);
+/* The reference's value of y[m, n] before its one rounding: block partials and promotion in double, the bias
+ * added (DESIGN section 3). Shared by `ref` and the `cpu` backend's overflow path, so both give the same bytes. */
+double bfp8_ref_element(const bfp8_gemm_args *a, int64_t m, int64_t n);
+/* Validates GEMM arguments (shapes, pointers, scale descriptors, dtypes, y overlapping an operand). */
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args);
 /* Runs a validated GEMM on the decided backend; an empty output (M or N = 0) returns at once. */
 bfp8_status bfp8_run_gemm(const bfp8_backend *b, const bfp8_gemm_args *args);
@@ -119,6 +156,13 @@ extern const bfp8_backend bfp8_backend_cpu;
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d);
 /* CUDA arch of the current device x10, or 0. */
 int bfp8_cuda_current_arch(void);
+/* The current CUDA device's ordinal, or -1 (no CUDA). */
+int bfp8_cuda_current_device(void);
+/* Whether `stream` is capturing a CUDA graph (where allocations and synchronous copies are not allowed). */
+bool bfp8_cuda_stream_capturing(void *stream);
+/* Adds the number of inf and NaN among x[0..n) (f32/bf16/f16, device memory) to the device int64 `counter`, by a
+ * kernel on `stream`; nothing waits for it. */
+bfp8_status bfp8_cuda_count_nonfinite(const void *x, bfp8_dtype dtype, int64_t n, int64_t *counter, void *stream);
 /* Test hook: true runs every cuda_generic problem on its mma.sync kernel (env BFP8_CUDA_GENERIC_KERNEL=mma_sync
  * does the same), false restores the default (the wgmma kernel where it applies). No-op without CUDA. */
 void bfp8_cuda_generic_force_mma_sync(bool on);

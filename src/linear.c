@@ -12,10 +12,14 @@ static bfp8_status check_linear_args(const bfp8_weight_info *wi, const bfp8_line
                    bfp8_dtype_name(a->y_dtype));
     BFP8_CHECK_ARG(!a->bias || bfp8_is_float_dtype(a->bias_dtype), "linear: bias dtype %s is not f32, bf16 or f16",
                    bfp8_dtype_name(a->bias_dtype));
+    size_t y_bytes;
     BFP8_TRY(bfp8_check_matrix("linear: x", a->m, wi->k, bfp8_dtype_size(a->x_dtype), NULL));
-    BFP8_TRY(bfp8_check_matrix("linear: y", a->m, wi->n, bfp8_dtype_size(a->y_dtype), NULL));
+    BFP8_TRY(bfp8_check_matrix("linear: y", a->m, wi->n, bfp8_dtype_size(a->y_dtype), &y_bytes));
     BFP8_CHECK_ARG(a->x || a->m == 0 || wi->k == 0, "linear: x is NULL");
     BFP8_CHECK_ARG(a->y || a->m == 0 || wi->n == 0, "linear: y is NULL");
+    /* x is quantized into scratch before y is written, so y may overlap x; the bias is read while y is written. */
+    size_t bias_bytes = a->bias ? (size_t)wi->n * bfp8_dtype_size(a->bias_dtype) : 0;
+    BFP8_CHECK_ARG(!bfp8_ranges_overlap(a->y, y_bytes, a->bias, bias_bytes), "linear: y overlaps the bias");
     return BFP8_OK;
 }
 
@@ -99,14 +103,26 @@ bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_lin
     if (st == BFP8_OK) st = bfp8_scales_init(&g.a_scales, p.scale_format, a_layout, args->m, kblocks, buf.scales);
     if (st == BFP8_OK) {
         g.a = buf.q;
+        /* Non-finite inputs by kind: the weight's were counted when it was made; x and the bias here. On CUDA,
+         * kernels add them to device counters that only reading the statistics waits for. */
+        bfp8_weight_info wi;
+        (void)bfp8_weight_info_get(w, &wi);
+        bfp8_nonfinite_stats add = {.weight_codes = (uint64_t)wi.nonfinite_codes,
+                                    .weight_scales = (uint64_t)wi.nonfinite_scales};
         if (args->device == BFP8_DEVICE_CUDA) {
-            /* Counting non-finite inputs on the device would need a synchronizing read-back per call. */
-            st = bfp8_quantize_act_cuda(args->x, args->x_dtype, args->m, p.k, buf.q, &g.a_scales, NULL, args->stream);
+            int64_t *counters = bfp8_dispatch_cuda_counters(d, args->stream);
+            if (args->bias && counters)
+                st = bfp8_cuda_count_nonfinite(args->bias, args->bias_dtype, p.n, &counters[1], args->stream);
+            if (st == BFP8_OK)
+                st = bfp8_quantize_act_cuda(args->x, args->x_dtype, args->m, p.k, buf.q, &g.a_scales, counters,
+                                            args->stream);
         } else {
             int64_t nonfinite = 0;
             st = bfp8_quantize_act(args->x, args->x_dtype, args->m, p.k, buf.q, &g.a_scales, &nonfinite);
-            bfp8_dispatch_count_nonfinite(d, nonfinite);
+            add.activations = (uint64_t)nonfinite;
+            if (args->bias) add.bias = (uint64_t)bfp8_count_nonfinite_values(args->bias, args->bias_dtype, p.n);
         }
+        if (st == BFP8_OK && args->m > 0) bfp8_dispatch_count(d, &add);
     }
     if (st == BFP8_OK) {
         g_act_from_prior_kernel = args->device == BFP8_DEVICE_CUDA;

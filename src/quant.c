@@ -160,23 +160,22 @@ static void quantize_groups(quant_source *src, int64_t rows, int64_t k, int64_t 
 
 /* ---- public entry points ------------------------------------------------------------------------------------- */
 
-/* Rows and K small enough that the group counts (ceil divisions) cannot overflow, even for empty matrices. */
-static bfp8_status check_group_dims(const char *what, int64_t rows, int64_t k) {
-    BFP8_CHECK_ARG(rows >= 0 && k >= 0 && rows <= INT64_MAX - BFP8_BLOCK && k <= INT64_MAX - BFP8_BLOCK,
-                   "%s: shape [%lld, %lld] is negative or too large", what, (long long)rows, (long long)k);
-    return BFP8_OK;
-}
-
 static bfp8_status check_quant_args(const char *what, const void *x, bfp8_dtype dtype, int64_t rows, int64_t k,
                                     int64_t group_rows, const uint8_t *q, const bfp8_scales *scales) {
     size_t bytes;
-    BFP8_TRY(check_group_dims(what, rows, k));
+    BFP8_TRY(bfp8_check_dims(what, rows, k));
     BFP8_CHECK_ARG(bfp8_is_float_dtype(dtype), "%s: input dtype %s (%d) is not f32, bf16 or f16", what,
                    bfp8_dtype_name(dtype), (int)dtype);
     BFP8_TRY(bfp8_check_matrix(what, rows, k, bfp8_dtype_size(dtype), &bytes));
     BFP8_CHECK_ARG(bytes == 0 || (x && q), "%s: NULL input or output for [%lld, %lld]", what, (long long)rows,
                    (long long)k);
-    return bfp8_check_scales(what, scales, bfp8_ceil_div(rows, group_rows), bfp8_ceil_div(k, BFP8_BLOCK));
+    BFP8_TRY(bfp8_check_scales(what, scales, bfp8_ceil_div(rows, group_rows), bfp8_ceil_div(k, BFP8_BLOCK)));
+    /* Groups are read twice (amax, then encode) while q and the scales are written: no sharing at all. */
+    size_t q_bytes = (size_t)(rows * k), s_bytes = bfp8_scales_bytes(scales->layout, scales->rows, scales->kblocks);
+    BFP8_CHECK_ARG(!bfp8_ranges_overlap(q, q_bytes, x, bytes), "%s: q overlaps the input", what);
+    BFP8_CHECK_ARG(!bfp8_ranges_overlap(scales->data, s_bytes, x, bytes), "%s: the scales overlap the input", what);
+    BFP8_CHECK_ARG(!bfp8_ranges_overlap(q, q_bytes, scales->data, s_bytes), "%s: q overlaps the scales", what);
+    return BFP8_OK;
 }
 
 bfp8_status bfp8_quantize_act(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
@@ -201,12 +200,16 @@ bfp8_status bfp8_dequantize(const uint8_t *q, int64_t rows, int64_t k, const bfp
     BFP8_CHECK_ARG(block_rows == 1 || block_rows == BFP8_BLOCK,
                    "bfp8_dequantize: block_rows is %lld, expected 1 (activations) or 128 (weights)",
                    (long long)block_rows);
-    BFP8_TRY(check_group_dims("bfp8_dequantize", rows, k));
+    BFP8_TRY(bfp8_check_dims("bfp8_dequantize", rows, k));
     BFP8_TRY(bfp8_check_matrix("bfp8_dequantize", rows, k, sizeof(float), &bytes));
     BFP8_CHECK_ARG(bytes == 0 || (q && out), "bfp8_dequantize: NULL input or output for [%lld, %lld]",
                    (long long)rows, (long long)k);
     BFP8_TRY(bfp8_check_scales("bfp8_dequantize", scales, bfp8_ceil_div(rows, block_rows),
                                bfp8_ceil_div(k, BFP8_BLOCK)));
+    BFP8_CHECK_ARG(!bfp8_ranges_overlap(out, bytes, q, (size_t)(rows * k)), "bfp8_dequantize: out overlaps q");
+    BFP8_CHECK_ARG(!bfp8_ranges_overlap(out, bytes, scales->data,
+                                        bfp8_scales_bytes(scales->layout, scales->rows, scales->kblocks)),
+                   "bfp8_dequantize: out overlaps the scales");
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t c0 = 0; c0 < k; c0 += BFP8_BLOCK) {
             float s = bfp8_scales_get(scales, r / block_rows, c0 / BFP8_BLOCK);
@@ -217,16 +220,11 @@ bfp8_status bfp8_dequantize(const uint8_t *q, int64_t rows, int64_t k, const bfp
     return BFP8_OK;
 }
 
-static bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
-    const char *pa = (const char *)a, *pb = (const char *)b;
-    return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
-}
-
 bfp8_status bfp8_requantize_weight_ue8m0(const uint8_t *q, int64_t n, int64_t k, const bfp8_scales *scales,
                                          uint8_t *q_out, bfp8_scales *scales_out) {
     const char *what = "bfp8_requantize_weight_ue8m0";
     size_t bytes;
-    BFP8_TRY(check_group_dims(what, n, k));
+    BFP8_TRY(bfp8_check_dims(what, n, k));
     BFP8_TRY(bfp8_check_matrix(what, n, k, 1, &bytes));
     BFP8_CHECK_ARG(bytes == 0 || (q && q_out), "%s: NULL input or output for [%lld, %lld]", what, (long long)n,
                    (long long)k);
@@ -237,10 +235,13 @@ bfp8_status bfp8_requantize_weight_ue8m0(const uint8_t *q, int64_t n, int64_t k,
                    bfp8_scale_format_name(scales_out->format));
     size_t in_sb = bfp8_scales_bytes(scales->layout, rows, kblocks);
     size_t out_sb = bfp8_scales_bytes(scales_out->layout, rows, kblocks);
-    BFP8_CHECK_ARG(!ranges_overlap(q, bytes, q_out, bytes) && !ranges_overlap(q, bytes, scales_out->data, out_sb) &&
-                       !ranges_overlap(scales->data, in_sb, q_out, bytes) &&
-                       !ranges_overlap(scales->data, in_sb, scales_out->data, out_sb),
+    BFP8_CHECK_ARG(!bfp8_ranges_overlap(q, bytes, q_out, bytes) &&
+                       !bfp8_ranges_overlap(q, bytes, scales_out->data, out_sb) &&
+                       !bfp8_ranges_overlap(scales->data, in_sb, q_out, bytes) &&
+                       !bfp8_ranges_overlap(scales->data, in_sb, scales_out->data, out_sb),
                    "%s: outputs alias the inputs", what);
+    BFP8_CHECK_ARG(!bfp8_ranges_overlap(q_out, bytes, scales_out->data, out_sb), "%s: q_out overlaps scales_out",
+                   what);
     quant_source src = {q, BFP8_DTYPE_E4M3, scales, false};
     quantize_groups(&src, n, k, BFP8_BLOCK, q_out, scales_out, NULL);
     return BFP8_OK;

@@ -1,6 +1,7 @@
 /* Scale matrices: the four layouts of the header, their sizes, element access and conversions between them. */
 #include "internal.h"
 
+#include <math.h>
 #include <string.h>
 
 #define PACKED_PER_WORD 4 /* UE8M0 exponents per uint32 */
@@ -118,9 +119,31 @@ void bfp8_scales_clear(bfp8_scales *s) {
     if (bytes) memset(s->data, 0, bytes);
 }
 
-/* Exact powers of two that an 8-bit exponent in [1, 254] holds. */
+/* A UE8M0 scale as DESIGN section 3 makes them: 2^(e-127) for a biased exponent e in [1, 254], i.e. an exact
+ * power of two in [2^-126, 2^127] (what the packed layout holds). NaN, inf, zero and negatives are not. */
 static bool is_packable_power_of_two(float v) {
     return v >= 0x1p-126f && v <= 0x1p127f && bfp8_ue8m0_to_f32(bfp8_ue8m0_ceil(v)) == v;
+}
+
+bfp8_status bfp8_check_ue8m0_scales(const char *what, const bfp8_scales *s) {
+    if (s->format != BFP8_SCALE_UE8M0) return BFP8_OK;
+    /* Through bfp8_scales_get, so packed exponents are checked too (byte 255 reads as NaN, byte 0 as 2^-127). */
+    for (int64_t r = 0; r < s->rows; r++)
+        for (int64_t kb = 0; kb < s->kblocks; kb++) {
+            float v = bfp8_scales_get(s, r, kb);
+            BFP8_CHECK_ARG(is_packable_power_of_two(v),
+                           "%s: scale (%lld, %lld) = %g is declared ue8m0 but is not a power of two in "
+                           "[2^-126, 2^127]",
+                           what, (long long)r, (long long)kb, (double)v);
+        }
+    return BFP8_OK;
+}
+
+int64_t bfp8_count_nonfinite_scales(const bfp8_scales *s) {
+    int64_t bad = 0;
+    for (int64_t r = 0; r < s->rows; r++)
+        for (int64_t kb = 0; kb < s->kblocks; kb++) bad += !isfinite(bfp8_scales_get(s, r, kb));
+    return bad;
 }
 
 bfp8_status bfp8_scales_convert(const bfp8_scales *src, bfp8_scales *dst) {

@@ -13,6 +13,8 @@ struct bfp8_weight {
     bfp8_scales host_scales[BFP8_LAYOUT_COUNT];     /* .data == NULL: not held in that layout */
     uint8_t *q_device;                              /* NULL until prepared for a CUDA backend */
     bfp8_scales device_scales[BFP8_LAYOUT_COUNT];
+    /* Counted once when the weight is made, so that each call records them without a scan. */
+    int64_t nonfinite_codes, nonfinite_scales;
 };
 
 static int64_t weight_row_blocks(const bfp8_weight *w) { return bfp8_ceil_div(w->n, BFP8_BLOCK); }
@@ -22,7 +24,8 @@ static int64_t weight_kblocks(const bfp8_weight *w) { return bfp8_ceil_div(w->k,
 static bfp8_status weight_alloc(bfp8_weight **out, int64_t n, int64_t k, bfp8_scale_format format) {
     size_t q_bytes;
     BFP8_TRY(bfp8_check_matrix("weight", n, k, 1, &q_bytes));
-    BFP8_CHECK_ARG(format >= 0 && format < BFP8_SCALE_FORMAT_COUNT, "weight: unknown scale format %d", (int)format);
+    BFP8_CHECK_ARG((unsigned)format < (unsigned)BFP8_SCALE_FORMAT_COUNT, "weight: unknown scale format %d",
+                   (int)format);
     bfp8_weight *w = calloc(1, sizeof *w);
     if (!w) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "weight: out of memory");
     w->n = n;
@@ -67,8 +70,12 @@ bfp8_status bfp8_weight_create(bfp8_weight **out, const uint8_t *q, int64_t n, i
     BFP8_TRY(weight_alloc(&w, n, k, scales->format));
     bfp8_status st = bfp8_check_scales("weight_create: scales", scales, weight_row_blocks(w), weight_kblocks(w));
     if (st == BFP8_OK && !q && n * k > 0) st = bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, "weight_create: q is NULL");
+    /* A UE8M0 claim is checked, not trusted: kernels fed UE8M0 may treat a scale as its exponent alone. */
+    if (st == BFP8_OK) st = bfp8_check_ue8m0_scales("weight_create", scales);
     if (st == BFP8_OK) {
         if (n * k > 0) memcpy(w->q_host, q, (size_t)(n * k));
+        w->nonfinite_codes = bfp8_count_nan_codes(w->q_host, n * k);
+        w->nonfinite_scales = bfp8_count_nonfinite_scales(scales);
         /* Hold the caller's layout as given, plus row-major, the form the reference and CPU read. */
         size_t bytes = bfp8_scales_bytes(scales->layout, weight_row_blocks(w), weight_kblocks(w));
         void *data = malloc(bytes ? bytes : 1);
@@ -99,7 +106,12 @@ bfp8_status bfp8_weight_quantize(bfp8_weight **out, const void *wdata, bfp8_dtyp
     bfp8_status st = data ? BFP8_OK : bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "weight_quantize: out of memory");
     bfp8_scales *s = &w->host_scales[BFP8_LAYOUT_ROW_MAJOR];
     if (st == BFP8_OK) st = bfp8_scales_init(s, format, BFP8_LAYOUT_ROW_MAJOR, weight_row_blocks(w), weight_kblocks(w), data);
-    if (st == BFP8_OK) st = bfp8_quantize_weight(wdata, w_dtype, n, k, w->q_host, s, nonfinite);
+    int64_t bad = 0; /* each non-finite input became one NaN code; the scales are finite */
+    if (st == BFP8_OK) st = bfp8_quantize_weight(wdata, w_dtype, n, k, w->q_host, s, &bad);
+    if (st == BFP8_OK) {
+        w->nonfinite_codes = bad;
+        if (nonfinite) *nonfinite = bad;
+    }
     if (st != BFP8_OK) {
         if (!s->data) free(data);
         bfp8_weight_free(w);
@@ -166,7 +178,8 @@ bfp8_status bfp8_weight_prepare(bfp8_weight *w, bfp8_dispatcher *d, const char *
 
 bfp8_status bfp8_weight_info_get(const bfp8_weight *w, bfp8_weight_info *out) {
     BFP8_CHECK_ARG(w && out, "weight_info: NULL argument");
-    *out = (bfp8_weight_info){.n = w->n, .k = w->k, .scale_format = w->format};
+    *out = (bfp8_weight_info){.n = w->n, .k = w->k, .scale_format = w->format,
+                              .nonfinite_codes = w->nonfinite_codes, .nonfinite_scales = w->nonfinite_scales};
     for (int l = 0; l < BFP8_LAYOUT_COUNT; l++) {
         if (w->host_scales[l].data) out->host_layouts |= BFP8_BIT(l);
         if (w->device_scales[l].data) out->device_layouts |= BFP8_BIT(l);

@@ -31,6 +31,10 @@ void bfp8_cpu_tables_init(void) {
     pthread_once(&once, tables_fill);
 }
 
+void bfp8_cpu_store_exact(const bfp8_cpu_plan *p, int64_t m, int64_t n) {
+    bfp8_store_f64(p->y, p->y_dtype, m * p->n + n, bfp8_ref_element(p->args, m, n));
+}
+
 void bfp8_cpu_store(const bfp8_cpu_plan *p, int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float *tot,
                     int64_t ld) {
     for (int64_t r = 0; r < rows; r++) {
@@ -38,7 +42,10 @@ void bfp8_cpu_store(const bfp8_cpu_plan *p, int64_t m0, int64_t rows, int64_t n0
         for (int64_t c = 0; c < cols; c++) {
             float v = tot[r * ld + c];
             if (p->bias) v = v + bfp8_load_f32(p->bias, p->bias_dtype, n0 + c);
-            bfp8_store_f32(p->y, p->y_dtype, base + c, v);
+            if (isfinite(v))
+                bfp8_store_f32(p->y, p->y_dtype, base + c, v);
+            else
+                bfp8_cpu_store_exact(p, m0 + r, n0 + c);
         }
     }
 }
@@ -315,7 +322,7 @@ static bfp8_status cpu_gemm(const bfp8_backend *self, const bfp8_gemm_args *args
     const bfp8_cpu_kernels *kern = select_kernels();
     bfp8_cpu_plan plan = {.m = args->m, .n = args->n, .k = args->k, .a = args->a, .b = args->b,
                           .bias = args->bias, .bias_dtype = args->bias_dtype, .y = args->y,
-                          .y_dtype = args->y_dtype};
+                          .y_dtype = args->y_dtype, .args = args};
     plan.kblocks = bfp8_ceil_div(args->k, BFP8_BLOCK);
     plan.kpad = plan.kblocks * BFP8_BLOCK;
     plan.sld = bfp8_round_up(plan.kblocks, 8);

@@ -12,7 +12,10 @@
  *   sum per block.)
  * - large-M path, one (m, n): per block the partial is an FMA chain over its 128 k in order (zero-padded), and
  *   total = fma(sa[m,kb] * sb[n/128,kb], partial, total) for kb ascending from 0.
- * - both: y = round(total + bias). Partials are computed on weights times 2^-8 and multiplied by 256 (exact). */
+ * - both: y = round(total + bias). Partials are computed on weights times 2^-8 and multiplied by 256 (exact).
+ * - overflow: where total + bias is inf or NaN in fp32 (a promotion beyond fp32 on finite inputs, or a non-finite
+ *   input), the element is recomputed as `ref` computes it (bfp8_ref_element, in double) and rounded once, so cpu
+ *   and ref agree there byte for byte. A rare path: one O(K) scalar pass per such element. */
 #ifndef BFP8_BACKENDS_CPU_H
 #define BFP8_BACKENDS_CPU_H
 
@@ -33,6 +36,7 @@ typedef struct bfp8_cpu_plan {
     bfp8_dtype bias_dtype;
     void *y;
     bfp8_dtype y_dtype;
+    const bfp8_gemm_args *args; /* the call, for the overflow path */
 } bfp8_cpu_plan;
 
 typedef struct bfp8_cpu_kernels {
@@ -65,6 +69,8 @@ void bfp8_cpu_tables_init(void);
 /* Writes y[m0 + r, n0 + c] = round(tot[r * ld + c] + bias[n0 + c]) for r < rows, c < cols. */
 void bfp8_cpu_store(const bfp8_cpu_plan *p, int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float *tot,
                     int64_t ld);
+/* The overflow path: y[m, n] as `ref` writes it. */
+void bfp8_cpu_store_exact(const bfp8_cpu_plan *p, int64_t m, int64_t n);
 
 /* Test hooks (the ISA's is bfp8_cpu_force_isa, cpu_features.h). Path: 0 auto, 1 small-M, 2 large-M.
  * Process-wide; tests use them to compare the paths byte for byte. */

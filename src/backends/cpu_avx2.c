@@ -143,6 +143,11 @@ static void avx2_store(const bfp8_cpu_plan *p, int64_t m0, int64_t rows, int64_t
                 break;
             default: _mm256_storeu_ps((float *)p->y + base + c, v); break;
             }
+            /* inf or NaN (|v| not below inf, unordered included): the overflow path for those lanes. */
+            __m256 mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+            int bad = _mm256_movemask_ps(_mm256_cmp_ps(mag, _mm256_set1_ps(INFINITY), _CMP_NLT_UQ));
+            for (int i = 0; bad; i++, bad >>= 1)
+                if (bad & 1) bfp8_cpu_store_exact(p, m0 + r, n0 + c + i);
         }
     }
     if (vec_cols < cols) bfp8_cpu_store(p, m0, rows, n0 + vec_cols, cols - vec_cols, tot + vec_cols, ld);

@@ -25,6 +25,9 @@ typedef struct bfp8_cuda_scale_view {
 int bfp8_cuda_launch_quantize_act(const void *x, int x_dtype, int64_t m, int64_t k, uint8_t *q,
                                   bfp8_cuda_scale_view scales, int ue8m0, long long *nonfinite, void *stream);
 
+/* Adds the number of inf and NaN among x[0..n) (dtype as above) to the device int64 *counter. */
+int bfp8_cuda_launch_count_nonfinite(const void *x, int dtype, int64_t n, long long *counter, void *stream);
+
 /* Generic block-FP8 GEMM (mma.sync e4m3). `workspace` (fp32, at least bfp8_cuda_generic_workspace_bytes bytes)
  * holds split-K partial sums; it may be NULL when that size is 0. */
 typedef struct bfp8_cuda_gemm_desc {

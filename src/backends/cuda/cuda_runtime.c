@@ -320,6 +320,37 @@ bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m,
     return BFP8_OK;
 }
 
+/* ---- what the dispatcher's device-side statistics need -------------------------------------------------------- */
+
+int bfp8_cuda_current_device(void) {
+    int dev = -1;
+    if (!bfp8_cuda_available(NULL, 0)) return -1;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return dev;
+}
+
+bool bfp8_cuda_stream_capturing(void *stream) {
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &status) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return true; /* e.g. the legacy stream while another stream captures: treat as capturing */
+    }
+    return status != cudaStreamCaptureStatusNone;
+}
+
+bfp8_status bfp8_cuda_count_nonfinite(const void *x, bfp8_dtype dtype, int64_t n, int64_t *counter, void *stream) {
+    BFP8_CHECK_ARG(bfp8_is_float_dtype(dtype), "bfp8_cuda_count_nonfinite: dtype %d is not f32, bf16 or f16",
+                   (int)dtype);
+    BFP8_CHECK_ARG(n >= 0 && (n == 0 || (x && counter)), "bfp8_cuda_count_nonfinite: NULL pointer or negative n");
+    BFP8_TRY(require_device("bfp8_cuda_count_nonfinite"));
+    int err = bfp8_cuda_launch_count_nonfinite(x, (int)dtype, n, (long long *)counter, stream);
+    if (err) return bfp8_cuda_error(err, "bfp8_cuda_count_nonfinite: kernel launch");
+    return BFP8_OK;
+}
+
 /* ---- registration ------------------------------------------------------------------------------------------ */
 
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d) {
