@@ -42,6 +42,10 @@ endif
 CUDA_SRCS := $(wildcard src/backends/cuda/*.cu)
 # CUDA objects are shared by the plain and the sanitizer builds (nvcc code is not instrumented).
 CUDA_OBJDIR := build/cuda
+# cuda_generic's kernel and the CUDA glue's kernels (quantization, L2 flush) also as compute_89 PTX, which GPUs newer
+# than sm_90 JIT (cuda_generic declares no upper arch); hopper's kernels are sm_90a SASS only.
+CUDA_PTX_OBJS := $(CUDA_OBJDIR)/gemm_generic.o $(CUDA_OBJDIR)/quant_act.o
+$(CUDA_PTX_OBJS): NVCCFLAGS += -gencode=arch=compute_89,code=compute_89
 
 SRCS := $(wildcard src/*.c src/backends/*.c)
 ifeq ($(WITH_CUDA),1)

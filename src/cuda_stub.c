@@ -56,8 +56,6 @@ bfp8_status bfp8_cuda_free_async(void *ptr, void *stream) {
 
 int bfp8_cuda_current_arch(void) { return 0; }
 
-void bfp8_cuda_generic_force_mma_sync(bool on) { (void)on; }
-
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d) {
     BFP8_TRY(bfp8_dispatcher_add_unavailable(d, "hopper", BFP8_NO_CUDA));
     BFP8_TRY(bfp8_dispatcher_add_unavailable(d, "cublaslt", BFP8_NO_CUDA));

@@ -103,7 +103,7 @@ uint32_t bfp8_layouts_for_format(bfp8_scale_format format);
 /* The lowest-numbered layout of a set (sets are never empty where this is used). */
 bfp8_scale_layout bfp8_first_layout(uint32_t set);
 /* The layout activation scales are produced in, of those a backend takes: mn_major_aligned when offered (what the
- * GPU kernels load with TMA, and what cuda_generic needs for its wgmma kernel), else the first offered. */
+ * GPU kernels load with TMA), else the first offered. */
 bfp8_scale_layout bfp8_act_layout(uint32_t set);
 
 /* CPU threads (src/threads.c). Runs fn(ctx, task, thread) for task in [0, ntasks) on at most max_threads threads
@@ -119,9 +119,6 @@ extern const bfp8_backend bfp8_backend_cpu;
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d);
 /* CUDA arch of the current device x10, or 0. */
 int bfp8_cuda_current_arch(void);
-/* Test hook: true runs every cuda_generic problem on its mma.sync kernel (env BFP8_CUDA_GENERIC_KERNEL=mma_sync
- * does the same), false restores the default (the wgmma kernel where it applies). No-op without CUDA. */
-void bfp8_cuda_generic_force_mma_sync(bool on);
 /* Stream-ordered device scratch (cudaMallocAsync), for per-call buffers such as quantized activations. */
 bfp8_status bfp8_cuda_malloc_async(void **ptr, size_t bytes, void *stream);
 bfp8_status bfp8_cuda_free_async(void *ptr, void *stream);

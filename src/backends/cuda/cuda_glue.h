@@ -21,11 +21,8 @@ bfp8_cuda_scale_view bfp8_cuda_scale_view_of(const bfp8_scales *s);
 
 extern const bfp8_backend bfp8_backend_cuda_generic;
 extern const bfp8_backend bfp8_backend_cublaslt;
-/* Defined in hopper.cu. The backend, and its kernel for cuda_generic: whether it takes `args` on a device of
- * compute capability `arch` (false with the reason in why), and the run of a problem it took. */
+/* Defined in hopper.cu. */
 const bfp8_backend *bfp8_hopper_backend(void);
-bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size);
-bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms);
 /* The plan hopper would run M x N x K with on `sms` SMs, as one line (host only; for logs and tests), on a device
  * where no cluster of CSPLIT kernels fits; the second on one where cluster_fit[s] clusters of s CTAs fit at once
  * (s = 2..BFP8_HOPPER_MAX_SPLIT_CLUSTER; the entries below 2 are not read); the third with the default knobs but

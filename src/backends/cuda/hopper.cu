@@ -1923,7 +1923,7 @@ bool log_plans(void) {
 }
 
 /* Why this kernel cannot run `args` (written to why), or true when it can: what the caps promise the dispatcher
- * (checked again because cuda_generic and direct callers reach the kernel too) plus the run-time conditions. */
+ * (checked again for direct callers of the gemm hook) plus the run-time conditions. */
 bool hopper_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size) {
     const int64_t m = args->m, n = args->n, k = args->k;
     if (args->device != BFP8_DEVICE_CUDA) {
@@ -2438,12 +2438,6 @@ bool check_units(const Plan &pl, int64_t m, int64_t n, int64_t k, char *why, siz
 } // namespace
 
 extern "C" const bfp8_backend *bfp8_hopper_backend(void) { return &kHopperBackend; }
-
-extern "C" bool bfp8_hopper_kernel_takes(const bfp8_gemm_args *args, int arch, char *why, size_t why_size) {
-    return hopper_takes(args, arch, why, why_size);
-}
-
-extern "C" bfp8_status bfp8_hopper_kernel_run(const bfp8_gemm_args *args, int sms) { return hopper_run(args, sms); }
 
 /* cluster_fit[s] clusters of s CTAs running at once (s = 2..BFP8_HOPPER_MAX_SPLIT_CLUSTER); NULL: none. */
 static ClusterFit fit_from(const int *cluster_fit) {
