@@ -93,11 +93,6 @@ void bfp8_dispatch_count_nonfinite(bfp8_dispatcher *d, int64_t count);
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args);
 /* Runs a validated GEMM on the decided backend; an empty output (M or N = 0) returns at once. */
 bfp8_status bfp8_run_gemm(const bfp8_backend *b, const bfp8_gemm_args *args);
-/* True while bfp8_linear runs a CUDA GEMM on activations that its quantization kernel, launched just before on the
- * same stream, is writing. That kernel lets its dependents launch early (griddepcontrol.launch_dependents), so a
- * backend may launch the GEMM as its programmatic dependent and load the weight before waiting for the
- * activations (hopper does). False for every other call: there the previous kernel is unknown. */
-bool bfp8_act_from_prior_kernel(void);
 /* Layouts a scale format can be stored in (packed only for UE8M0). */
 uint32_t bfp8_layouts_for_format(bfp8_scale_format format);
 /* The lowest-numbered layout of a set (sets are never empty where this is used). */

@@ -156,6 +156,27 @@ static void test_caps(const bfp8_backend *b) {
     CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "CPU problem accepted");
 }
 
+/* bfp8_gemm_args::act_from_prior_kernel reaches the problem, and so hopper's ranking and launch, on CUDA only (no
+ * device needed: the pointers are never touched). */
+static void test_prior_kernel_flag(void) {
+    static uint64_t fake[64];
+    bfp8_gemm_args g = {.m = 4, .n = 128, .k = 128, .a = (const uint8_t *)fake, .b = (const uint8_t *)fake,
+                        .y = fake, .y_dtype = BFP8_DTYPE_BF16, .device = BFP8_DEVICE_CUDA,
+                        .act_from_prior_kernel = true};
+    bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_MN_MAJOR_ALIGNED, 4, 1, fake);
+    bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, fake);
+    bfp8_problem p;
+    CHECK_OK(bfp8_problem_from_gemm(&g, &p));
+    CHECK(p.act_from_prior_kernel, "a CUDA GEMM whose activations come from the kernel before: flag lost");
+    g.act_from_prior_kernel = false;
+    CHECK_OK(bfp8_problem_from_gemm(&g, &p));
+    CHECK(!p.act_from_prior_kernel, "a plain CUDA GEMM claims a kernel before");
+    g.act_from_prior_kernel = true;
+    g.device = BFP8_DEVICE_CPU;
+    CHECK_OK(bfp8_problem_from_gemm(&g, &p));
+    CHECK(!p.act_from_prior_kernel, "a CPU GEMM claims a kernel before");
+}
+
 /* ------------------------------------------------------------------------------------------------------------------
  * Device data
  * ---------------------------------------------------------------------------------------------------------------- */
@@ -1043,6 +1064,7 @@ int main(int argc, char **argv) {
 #else
     const bfp8_backend *b = bfp8_hopper_backend();
     test_caps(b);
+    test_prior_kernel_flag();
     test_golden_plans();
     test_unit_grids();
     char why[BFP8_REASON_MAX] = "";

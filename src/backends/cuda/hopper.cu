@@ -2063,7 +2063,7 @@ bfp8_status hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.y_dtype = (int)args->y_dtype;
     /* Not with stream-K: its flags' memset comes between the kernel that wrote the activations and this one, and the
      * consumers read the flags without a griddepcontrol.wait of their own: a plain launch orders them after it. */
-    hp.dependent = bfp8_act_from_prior_kernel() && early_weights_enabled() && !pl.sk_tiles;
+    hp.dependent = args->act_from_prior_kernel && early_weights_enabled() && !pl.sk_tiles;
     hp.entry_stages = entry_stages_setting();
     hp.q_last_rows = q_last_rows; /* p_last_rows: set_unit_grid */
     hp.one_consumer = !pl.swap && m <= 64;
