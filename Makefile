@@ -39,25 +39,26 @@ NVCCFLAGS := -std=c++17 -O3 -g -lineinfo $(NVCC_GENCODE) -Xcompiler -fPIC -Iincl
 ifeq ($(HOPPER_TRACE),1)
 NVCCFLAGS += -DBFP8_HOPPER_TRACE=1
 endif
-CUDA_SRCS := $(wildcard src/backends/cuda/*.cu)
+CUDA_SRCS := $(wildcard src/backends/cuda/*.cu src/backends/hopper/*.cu)
 # CUDA objects are shared by the plain and the sanitizer builds (nvcc code is not instrumented).
 CUDA_OBJDIR := build/cuda
 # cuda_generic's kernel and the CUDA glue's kernels (quantization, L2 flush) also as compute_89 PTX, which GPUs newer
 # than sm_90 JIT (cuda_generic declares no upper arch); hopper's kernels are sm_90a SASS only.
-CUDA_PTX_OBJS := $(CUDA_OBJDIR)/gemm_generic.o $(CUDA_OBJDIR)/quant_act.o
+CUDA_PTX_OBJS := $(CUDA_OBJDIR)/cuda/gemm_generic.o $(CUDA_OBJDIR)/cuda/quant_act.o
 $(CUDA_PTX_OBJS): NVCCFLAGS += -gencode=arch=compute_89,code=compute_89
 
-SRCS := $(wildcard src/*.c src/backends/*.c)
+# hopper's planner (plan.c, knobs.c) is plain C and builds everywhere; its backend.c needs the CUDA launcher.
+SRCS := $(wildcard src/*.c src/backends/*.c src/backends/hopper/*.c)
 ifeq ($(WITH_CUDA),1)
   SRCS := $(filter-out src/cuda_stub.c,$(SRCS)) $(wildcard src/backends/cuda/*.c)
-  CUDA_OBJS := $(patsubst src/backends/cuda/%.cu,$(CUDA_OBJDIR)/%.o,$(CUDA_SRCS))
+  CUDA_OBJS := $(patsubst src/backends/%.cu,$(CUDA_OBJDIR)/%.o,$(CUDA_SRCS))
   CFLAGS_BASE += -DBFP8_WITH_CUDA=1 -I$(CUDA_HOME)/include
   LDLIBS_BASE += -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
   # No -lcuda: the driver is reached through cudart (cudaGetDriverEntryPoint), so binaries start on machines
   # without a driver and say why CUDA is unavailable.
   LDLIBS_BASE += -Wl,-rpath,$(CUDA_HOME)/lib64
 else
-  SRCS := $(filter-out src/backends/cuda/%,$(SRCS))
+  SRCS := $(filter-out src/backends/cuda/% src/backends/hopper/backend.c,$(SRCS))
   CUDA_OBJS :=
 endif
 
@@ -106,7 +107,7 @@ $(BUILD)/obj/tools/%.o: tools/%.c include/blockfp8.h $(wildcard tools/*.h) | $(B
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(TOOL_CFLAGS) -Itools -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c include/blockfp8.h src/internal.h $(wildcard src/*.h src/backends/*.h src/backends/cuda/*.h) | $(BUILD)/.deps-ok
+$(BUILD)/obj/%.o: %.c include/blockfp8.h src/internal.h $(wildcard src/*.h src/backends/*.h src/backends/cuda/*.h src/backends/hopper/*.h) | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -c $< -o $@
 
@@ -121,7 +122,7 @@ $(CUDA_FLAGS_STAMP): FORCE
 .PHONY: FORCE
 FORCE:
 
-$(CUDA_OBJDIR)/%.o: src/backends/cuda/%.cu include/blockfp8.h src/internal.h $(wildcard src/backends/cuda/*.cuh src/backends/cuda/*.h) $(CUDA_FLAGS_STAMP)
+$(CUDA_OBJDIR)/%.o: src/backends/%.cu include/blockfp8.h src/internal.h $(wildcard src/backends/cuda/*.cuh src/backends/cuda/*.h src/backends/hopper/*.cuh src/backends/hopper/*.h) $(CUDA_FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2>$(@:.o=.ptxas.log); st=$$?; \
 	    grep -vE '^ptxas info|bytes stack frame' $(@:.o=.ptxas.log) >&2; exit $$st
