@@ -105,7 +105,8 @@ ifeq ($(WITH_CUDA),1)
   CUDA_LDLIBS := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
   LDLIBS_BASE += $(CUDA_LDLIBS) -Wl,-rpath,$(CUDA_LIBDIR)
 else
-  LIB_SRCS := $(filter-out src/backends/cuda/% %_cuda.c,$(LIB_SRCS))
+  # hopper's planner (plan.c, knobs.c) is plain C and builds everywhere; its backend.c needs the CUDA launcher.
+  LIB_SRCS := $(filter-out src/backends/cuda/% src/backends/hopper/backend.c %_cuda.c,$(LIB_SRCS))
   CUDA_OBJS :=
 endif
 

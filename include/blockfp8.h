@@ -214,6 +214,11 @@ typedef struct bfp8_gemm_args {
     bfp8_dtype y_dtype;
     bfp8_device device; /* where every pointer above lives */
     void *stream;       /* cudaStream_t for CUDA, NULL = default stream; ignored on the CPU */
+    /* CUDA: a and a_scales were written by the kernel launched just before this call on `stream`, and nothing else
+     * the call reads was (b, b_scales, bias). A backend may then start as that kernel's programmatic dependent and
+     * load the weights before it ends (hopper does); it also ranks backends differently (bfp8_problem). bfp8_linear
+     * sets it for its own quantization kernel; leave it false otherwise. */
+    bool act_from_prior_kernel;
 } bfp8_gemm_args;
 
 typedef struct bfp8_backend bfp8_backend;

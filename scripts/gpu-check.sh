@@ -49,21 +49,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 export BFP8_REQUIRE_CUDA=1
 step unit-suite sh tests/run-unit.sh build >>"$out/unit.log" 2>&1
 step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/test_cuda.log" 2>&1
-# hopper's plans that its heuristic picks for some shapes only, each forced on every case: the decode split of only
-# the last wave's tiles, each tiling (normal path with 64/128-wide weight tiles, swapped while M <= 128, swapped with
-# several 16-token Q tiles), the staged epilogue in place of the TMA store, last tiles loaded with the whole box
-# (rows past the matrix zero-filled by TMA) instead of a smaller one, and the opt-in 2-CTA cluster kernels (sharing
-# the activation tile where M % 128 == 0, else the weight tile: the test shapes reach both), and every load left to
-# the producer loop, one stage at entry, or every free stage (instead of 4; in GEMM and linear calls alike), the
-# reduce kernel where a plan's K splits would be summed inside clusters, no row slices (the plans before v19), and
-# stream-K nowhere (the plans before v20) or wherever it applies.
-# Commas join one variant's variables. Each full run takes ~55 s on the H200 (v21; ~30-40 s with --small), ~14
-# minutes in all; the other steps take ~7.5, so on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in
-# calls of their own, with GPU_CHECK_VARIANTS="..." naming a part of the list in each.
-hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_HYBRID=1 BFP8_HOPPER_SLICES=0 BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
-    BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_EDGE_BOX=0
-    BFP8_HOPPER_CLUSTER=1 BFP8_HOPPER_ENTRY_STAGES=0 BFP8_HOPPER_ENTRY_STAGES=1
-    BFP8_HOPPER_ENTRY_STAGES=12 BFP8_HOPPER_CSPLIT=0 BFP8_HOPPER_STREAMK=0 BFP8_HOPPER_STREAMK=all"}
+# hopper under each forcing knob (docs/hopper-knobs.md), each on every case: every tiling (normal path with 64/128-wide
+# weight tiles, swapped while M <= 128 with one Q tile or with several 16-token ones), a K split of only the last
+# wave's tiles wherever it applies (the only way to reach it on the swapped path), row slices and stream-K wherever
+# they apply (stream-K with one consumer warpgroup and with fewer tiles than SMs), and three K splits of every tile.
+# Commas join one variant's variables. Each full run takes ~55 s on the H200 (~30-40 s with --small), ~8 minutes in
+# all; on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in a call of its own, or split the list with
+# GPU_CHECK_VARIANTS="...".
+hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
+    BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_FORCE=last-wave-split BFP8_HOPPER_FORCE=slices BFP8_HOPPER_FORCE=stream-k
+    BFP8_HOPPER_SPLITS=3"}
 variants() {
     local v rc=0
     for v in $hopper_variants; do
@@ -82,11 +77,8 @@ sanitize() {
         BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda ||
             return 1
         timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small || return 1
-        # Plans the default does not reach on the small cases; the cluster kernels under memcheck only, to keep the
-        # script's time (racecheck ran clean on them too: bench/RESULTS.md, session of 07:15-08:00).
-        local more=""
-        [ $tool = memcheck ] && more=BFP8_HOPPER_CLUSTER=1
-        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_TILE=128,BFP8_HOPPER_TMA_STORE=0 BFP8_HOPPER_STREAMK=all $more; do
+        # Plans the default does not reach on the small cases.
+        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_FORCE=stream-k; do
             echo "== $v"
             env $(echo "$v" | tr , ' ') timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
                 build/tests/test_hopper --small || return 1
@@ -98,7 +90,7 @@ step sanitizer sanitize >"$out/sanitizer.log" 2>&1
 # --- SASS: which matrix instructions the kernels use ------------------------------------------------------------------
 sass() {
     local f
-    for f in build/cuda/*.o; do
+    for f in build/cuda/*/*.o; do
         echo "== $f"
         cuobjdump --dump-sass "$f" | awk '/arch = sm_/ {arch=$NF} /Function :/ {fn=$NF}
             match($0, /(HMMA|QMMA|IMMA|HGMMA|QGMMA|WGMMA)[.A-Za-z0-9]*/) {c[arch" "substr($0,RSTART,RLENGTH)]++}

@@ -65,8 +65,6 @@ bfp8_status bfp8_cuda_count_nonfinite(const void *x, bfp8_dtype dtype, int64_t n
     return no_cuda("bfp8_cuda_count_nonfinite");
 }
 
-void bfp8_cuda_generic_force_mma_sync(bool on) { (void)on; }
-
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d) {
     BFP8_TRY(bfp8_dispatcher_add_unavailable(d, "hopper", BFP8_NO_CUDA));
     BFP8_TRY(bfp8_dispatcher_add_unavailable(d, "cublaslt", BFP8_NO_CUDA));

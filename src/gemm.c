@@ -79,6 +79,7 @@ bfp8_status bfp8_problem_from_gemm(const bfp8_gemm_args *args, bfp8_problem *out
         .b_layouts = BFP8_BIT(args->b_scales.layout),
         .has_bias = args->bias != NULL,
         .bias_dtype = args->bias ? args->bias_dtype : BFP8_DTYPE_F32,
+        .act_from_prior_kernel = args->device == BFP8_DEVICE_CUDA && args->act_from_prior_kernel,
     };
     return BFP8_OK;
 }

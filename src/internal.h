@@ -130,17 +130,12 @@ double bfp8_ref_element(const bfp8_gemm_args *a, int64_t m, int64_t n);
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args);
 /* Runs a validated GEMM on the decided backend; an empty output (M or N = 0) returns at once. */
 bfp8_status bfp8_run_gemm(const bfp8_backend *b, const bfp8_gemm_args *args);
-/* True while bfp8_linear runs a CUDA GEMM on activations that its quantization kernel, launched just before on the
- * same stream, is writing. That kernel lets its dependents launch early (griddepcontrol.launch_dependents), so a
- * backend may launch the GEMM as its programmatic dependent and load the weight before waiting for the
- * activations (hopper does). False for every other call: there the previous kernel is unknown. */
-bool bfp8_act_from_prior_kernel(void);
 /* Layouts a scale format can be stored in (packed only for UE8M0). */
 uint32_t bfp8_layouts_for_format(bfp8_scale_format format);
 /* The lowest-numbered layout of a set (sets are never empty where this is used). */
 bfp8_scale_layout bfp8_first_layout(uint32_t set);
 /* The layout activation scales are produced in, of those a backend takes: mn_major_aligned when offered (what the
- * GPU kernels load with TMA, and what cuda_generic needs for its wgmma kernel), else the first offered. */
+ * GPU kernels load with TMA), else the first offered. */
 bfp8_scale_layout bfp8_act_layout(uint32_t set);
 
 /* CPU threads (src/threads.c). Runs fn(ctx, task, thread) for task in [0, ntasks) on at most max_threads threads
@@ -163,9 +158,6 @@ bool bfp8_cuda_stream_capturing(void *stream);
 /* Adds the number of inf and NaN among x[0..n) (f32/bf16/f16, device memory) to the device int64 `counter`, by a
  * kernel on `stream`; nothing waits for it. */
 bfp8_status bfp8_cuda_count_nonfinite(const void *x, bfp8_dtype dtype, int64_t n, int64_t *counter, void *stream);
-/* Test hook: true runs every cuda_generic problem on its mma.sync kernel (env BFP8_CUDA_GENERIC_KERNEL=mma_sync
- * does the same), false restores the default (the wgmma kernel where it applies). No-op without CUDA. */
-void bfp8_cuda_generic_force_mma_sync(bool on);
 /* Stream-ordered device scratch (cudaMallocAsync), for per-call buffers such as quantized activations. */
 bfp8_status bfp8_cuda_malloc_async(void **ptr, size_t bytes, void *stream);
 bfp8_status bfp8_cuda_free_async(void *ptr, void *stream);

@@ -75,9 +75,6 @@ bfp8_status bfp8_problem_from_linear(const bfp8_weight *w, const bfp8_linear_arg
     return BFP8_OK;
 }
 
-static _Thread_local bool g_act_from_prior_kernel;
-bool bfp8_act_from_prior_kernel(void) { return g_act_from_prior_kernel; }
-
 bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_linear_args *args) {
     bfp8_problem p;
     BFP8_TRY(bfp8_problem_from_linear(w, args, &p));
@@ -92,6 +89,8 @@ bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_lin
         .bias = args->bias, .bias_dtype = args->bias_dtype,
         .y = args->y, .y_dtype = args->y_dtype,
         .device = args->device, .stream = args->stream,
+        /* On CUDA the activations come from the quantization kernel launched just before the GEMM. */
+        .act_from_prior_kernel = args->device == BFP8_DEVICE_CUDA,
     };
     BFP8_TRY(bfp8_weight_view(w, args->device, bfp8_first_layout(caps->b_layouts & p.b_layouts), &g.b, &g.b_scales));
 
@@ -124,11 +123,7 @@ bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_lin
         }
         if (st == BFP8_OK && args->m > 0) bfp8_dispatch_count(d, &add);
     }
-    if (st == BFP8_OK) {
-        g_act_from_prior_kernel = args->device == BFP8_DEVICE_CUDA;
-        st = bfp8_run_gemm(dec.backend, &g);
-        g_act_from_prior_kernel = false;
-    }
+    if (st == BFP8_OK) st = bfp8_run_gemm(dec.backend, &g);
     act_free(&buf);
     return st;
 }

@@ -1,10 +1,12 @@
-/* The sm_90a backend `hopper`: its declared capabilities (everywhere), and on an H200 its results against an
- * independent double computation of the same quantized inputs (DESIGN section 3 tolerances) and calc_diff against
- * the unquantized product: ragged M x all eight DeepSeek-R1 (N, K) shapes, K and N at their boundaries, every output
- * and bias dtype, both scale formats, the swapped (decode) and normal paths with and without split-K, poisoned
- * outputs, run-to-run determinism, refusals, bfp8_linear on the device, and stream-K calls on a partition of the
- * SMs (a green context). Option --small: a few small cases, for compute-sanitizer. Without a device it prints
- * "hopper: skipped: <reason>" and checks only what needs none. Timing is `blockfp8 bench`'s job. */
+/* The sm_90a backend `hopper`: its declared capabilities and priority (without a device too), and on an H200 its
+ * results against an independent double computation of the same quantized inputs (DESIGN section 3 tolerances) and
+ * calc_diff against the unquantized product: ragged M x all eight DeepSeek-R1 (N, K) shapes, K and N at their
+ * boundaries, every output and bias dtype, both scale formats, the swapped (decode) and normal paths with and without
+ * split-K, poisoned outputs, run-to-run determinism, refusals, bfp8_linear on the device, and stream-K calls on a
+ * partition of the SMs (a green context). Option --small: a few small cases, for compute-sanitizer. Without a device
+ * it prints "hopper: skipped: <reason>" and checks only what needs none. The planner's own tests (golden plans, unit
+ * grids) are tests/test_hopper_plan.c, which needs no CUDA; scripts/gpu-check.sh runs this suite under each forcing
+ * knob (docs/hopper-knobs.md). Timing is `blockfp8 bench`'s job. */
 #include "check.h"
 
 #include "internal.h"
@@ -18,7 +20,8 @@
 #include <cuda_runtime.h> /* streams and graphs, for the capture test */
 #include <cudaTypedefs.h>
 
-#include "backends/cuda/cuda_glue.h" /* bfp8_hopper_backend, bfp8_hopper_plan_describe */
+#include "backends/hopper/hopper.h" /* bfp8_hopper_backend, the planner */
+#include "hopper_h200.h"
 
 static const int64_t dsr1_shapes[8][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
                                           {36864, 7168}, {7168, 18432}, {4096, 7168}, {7168, 2048}};
@@ -154,6 +157,27 @@ static void test_caps(const bfp8_backend *b) {
     p.device = BFP8_DEVICE_CPU;
     p.arch = 0;
     CHECK(!bfp8_backend_check(b, &p, why, sizeof why), "CPU problem accepted");
+}
+
+/* bfp8_gemm_args::act_from_prior_kernel reaches the problem, and so hopper's ranking and launch, on CUDA only (no
+ * device needed: the pointers are never touched). */
+static void test_prior_kernel_flag(void) {
+    static uint64_t fake[64];
+    bfp8_gemm_args g = {.m = 4, .n = 128, .k = 128, .a = (const uint8_t *)fake, .b = (const uint8_t *)fake,
+                        .y = fake, .y_dtype = BFP8_DTYPE_BF16, .device = BFP8_DEVICE_CUDA,
+                        .act_from_prior_kernel = true};
+    bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_MN_MAJOR_ALIGNED, 4, 1, fake);
+    bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, fake);
+    bfp8_problem p;
+    CHECK_OK(bfp8_problem_from_gemm(&g, &p));
+    CHECK(p.act_from_prior_kernel, "a CUDA GEMM whose activations come from the kernel before: flag lost");
+    g.act_from_prior_kernel = false;
+    CHECK_OK(bfp8_problem_from_gemm(&g, &p));
+    CHECK(!p.act_from_prior_kernel, "a plain CUDA GEMM claims a kernel before");
+    g.act_from_prior_kernel = true;
+    g.device = BFP8_DEVICE_CPU;
+    CHECK_OK(bfp8_problem_from_gemm(&g, &p));
+    CHECK(!p.act_from_prior_kernel, "a CPU GEMM claims a kernel before");
 }
 
 /* ------------------------------------------------------------------------------------------------------------------
@@ -478,19 +502,17 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 512, 384, 1024, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_BF16);
     small_case(b, 256, 1000, 256, BFP8_SCALE_FP32, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
     small_case(b, 4096, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Shapes for the 2-CTA clusters (opt-in; gpu-check runs this suite with BFP8_HOPPER_CLUSTER=1, and
-     * test_golden_plans checks which plan each gets). Sharing the activation tile: 256 x 1000 above (the last
-     * weight tile cut by N, a 40-row box), and here with split K and fp32 output, then with a partial last K block,
-     * f16 output and a bf16 bias. Sharing the weight tile: M = 4095 (a last activation tile of 127 rows, loaded
-     * with the whole box) and M = 1000 (104 rows, a cut box), several units per cluster. */
+    /* The normal path with M a multiple of 128: split K with fp32 output, then a partial last K block with f16
+     * output and a bf16 bias; with a ragged last activation tile: M = 4095 (127 rows, loaded with the whole box) and
+     * M = 1000 (104 rows, a cut box), several units per CTA. */
     small_case(b, 256, 256, 8192, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32);
     small_case(b, 384, 640, 2064, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 4095, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 1000, 1024, 768, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Plans whose K splits are summed inside clusters of that many CTAs (HopperParams::csplit), where the clusters
-     * fit (the BFP8_LOG=hopper line says which ran; where fewer clusters than tiles fit it is the reduce kernel;
-     * gpu-check also runs the suite with BFP8_HOPPER_CSPLIT=0, the reduce kernel everywhere). Swapped: 4 splits
-     * with a last weight tile cut by N (3000 = 23 x 128 + 56) and a full 8-token tile; 4 splits at M = 5 with an
+    /* Plans whose K splits are summed inside clusters of that many CTAs (bfp8_hopper_params::csplit), where the
+     * clusters fit (the BFP8_LOG=hopper line says which ran; where fewer clusters than tiles fit it is the reduce
+     * kernel; test_hopper_plan pins these plans on the H200, and BFP8_HOPPER_SPLITS=3 reduces them). Swapped: 4
+     * splits with a last weight tile cut by N (3000 = 23 x 128 + 56) and a full 8-token tile; 4 splits at M = 5 with an
      * fp16 output and a bf16 bias; 8 splits in 12 tiles with UE8M0 scales and fp32 output; 7 splits (an odd
      * cluster) in 8 tiles with a cut last tile. */
     small_case(b, 8, 3000, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
@@ -505,26 +527,27 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 16, 330, 6144, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 72, 520, 3584, BFP8_SCALE_FP32, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     small_case(b, 128, 256, 8192, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
-    /* Swapped plans with row slices (Plan::slice_rows; gpu-check also runs the suite with BFP8_HOPPER_SLICES=0),
-     * on 132 SMs, the slices before the whole tiles: 4 slices of 32 rows, the last cut by N to 8; 79 slices of 64,
-     * the second warpgroup's rows all outside every slice, the last slice 8 rows; the 16-token tile at M = 12 (the
+    /* Swapped plans with row slices (bfp8_hopper_plan::slice_rows; gpu-check also runs the suite with
+     * BFP8_HOPPER_FORCE=last-wave-split, which plans them without slices), on 132 SMs, the slices before the whole
+     * tiles: 4 slices of 32 rows, the last cut by N to 8; 79 slices of 64, the second warpgroup's rows all outside
+     * every slice, the last slice 8 rows; the 16-token tile at M = 12 (the
      * normal path would split its last wave's K) with N % 4 != 0, 98 slices of 32, the last 2 rows; fewer tiles
-     * than SMs and long K: 110 slices of 64, the last 24 rows, and no whole tile. test_golden_plans pins the plans. */
+     * than SMs and long K: 110 slices of 64, the last 24 rows, and no whole tile. test_hopper_plan pins the plans. */
     small_case(b, 3, 17000, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 8, 21896, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32);
     small_case(b, 12, 20002, 4096, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_BF16);
     small_case(b, 2, 7000, 8192, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F16);
-    /* Stream-K plans (Plan::sk_tiles; gpu-check also runs the suite with BFP8_HOPPER_STREAMK=0 and =all), on 132
-     * SMs, a whole wave and then the tiles left in 132 runs: 157 tiles, runs over up to three, a last P tile of 52
+    /* Stream-K plans (bfp8_hopper_plan::sk_tiles; gpu-check also runs the suite with BFP8_HOPPER_FORCE=stream-k), on
+     * 132 SMs, a whole wave and then the tiles left in 132 runs: 157 tiles, runs over up to three, a last P tile of 52
      * rows and a last weight tile of 64 columns; 64-wide tiles, a last one of 28 columns (N % 8 != 0: the staged
      * epilogue's element stores); fp32 output with a last tile of 40 columns; a last K block of 16. A wrong slot or
      * sum spoils a whole 128 x BQ tile, so 40 rows (every P tile's edges among them) against every column suffice
-     * and keep the host reference at a few seconds. test_golden_plans pins the plans. */
+     * and keep the host reference at a few seconds. test_hopper_plan pins the plans. */
     sampled_case(b, 2100, 2112, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32, 40, 1 << 20);
     sampled_case(b, 1500, 1500, 4096, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32, 40, 1 << 20);
     sampled_case(b, 2100, 1000, 3072, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_BF16, 40, 1 << 20);
     sampled_case(b, 700, 3000, 3088, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F16, 40, 1 << 20);
-    /* Under BFP8_HOPPER_STREAMK=all only: fewer tiles than SMs (112) in two P tiles, and with one consumer
+    /* Under BFP8_HOPPER_FORCE=stream-k only: fewer tiles than SMs (112) in two P tiles, and with one consumer
      * warpgroup (M <= 64). */
     sampled_case(b, 200, 7168, 8192, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32, 40, 1 << 20);
     sampled_case(b, 48, 7168, 4096, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32, 40, 1 << 20);
@@ -533,18 +556,22 @@ static void test_small(const bfp8_backend *b) {
 /* Stream-K with fewer SMs than CTAs. The plan is made for all of the device's SMs (132 CTAs), but the calls run on
  * a stream of a green context, a partition of 16 SMs (what an MPS limit or a serving engine's split of the SMs
  * gives), so most CTAs start only once others have finished. A tail waits only for CTAs that took their tickets
- * before it (HopperParams::sk_ticket), which have started, so each call must end, and pass the checks of any case.
- * Skipped, and said so, where the driver has no green contexts. */
+ * before it (bfp8_hopper_params::sk_ticket), which have started, so each call must end, and pass the checks of any
+ * case. Skipped, and said so, where the driver has no green contexts. */
 static void test_sm_partition(const bfp8_backend *b) {
     static const int64_t shapes[2][3] = {{2100, 2112, 2048}, {1500, 1500, 4096}};
     int ordinal = 0, sms = 0;
     CHECK(cudaGetDevice(&ordinal) == cudaSuccess &&
               cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal) == cudaSuccess,
           "SM partition test: the device's SM count");
-    for (int i = 0; i < 2; i++) { /* the plans, as the calls will make them (BFP8_HOPPER_STREAMK=0 has none) */
+    bfp8_hopper_cluster_fit fit;
+    CHECK_OK(bfp8_hopper_device_cluster_fit(&fit));
+    for (int i = 0; i < 2; i++) { /* the plans, as the calls will make them (the forcing knobs may leave none) */
+        const bfp8_hopper_plan pl =
+            bfp8_hopper_plan_make(shapes[i][0], shapes[i][1], shapes[i][2], sms, &fit, bfp8_hopper_knobs_env());
         char plan[256];
-        bfp8_hopper_plan_describe(shapes[i][0], shapes[i][1], shapes[i][2], sms, plan, sizeof plan);
-        if (!strstr(plan, "stream-K")) {
+        bfp8_hopper_plan_describe(&pl, plan, sizeof plan);
+        if (!pl.sk_tiles) {
             printf("SM partition test: skipped: M=%lld N=%lld K=%lld is not planned as stream-K here (%s)\n",
                    (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], plan);
             return;
@@ -616,21 +643,18 @@ static void test_sm_partition(const bfp8_backend *b) {
     if (green) green_destroy(green);
 }
 
-/* Clusters of 2..8 CTAs that fit at once on the H200 with the CSPLIT kernels (BFP8_LOG=hopper prints them). */
-static const int kH200ClusterFit[BFP8_HOPPER_MAX_SPLIT_CLUSTER + 1] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
-
-/* The CSPLIT clusters' occupancy query answers for every size: v18's first form read sizes 5, 7 and 8 as "none fit",
- * and every plan took the reduce kernel without a failed check. Printed, and compared with the H200's counts that
- * the golden plans use. */
+/* The CSPLIT clusters' occupancy query answers for every size (a query that read some sizes as "none fit" would send
+ * every plan to the reduce kernel without a failed check). Printed, and compared with the H200's counts that
+ * test_hopper_plan's golden plans use. */
 static void test_cluster_fit(void) {
-    int fit[BFP8_HOPPER_MAX_SPLIT_CLUSTER + 1] = {0};
-    CHECK_OK(bfp8_hopper_device_cluster_fit(fit));
+    bfp8_hopper_cluster_fit fit = {{0}};
+    CHECK_OK(bfp8_hopper_device_cluster_fit(&fit));
     bool as_h200 = true;
     printf("clusters that fit at once:");
     for (int s = 2; s <= BFP8_HOPPER_MAX_SPLIT_CLUSTER; s++) {
-        printf(" %d: %d", s, fit[s]);
-        CHECK(fit[s] >= 1, "no cluster of %d CTAs fits on this device", s);
-        as_h200 = as_h200 && fit[s] == kH200ClusterFit[s];
+        printf(" %d: %d", s, fit.clusters[s]);
+        CHECK(fit.clusters[s] >= 1, "no cluster of %d CTAs fits on this device", s);
+        as_h200 = as_h200 && fit.clusters[s] == kH200ClusterFit.clusters[s];
     }
     printf(" (%s the H200's)\n", as_h200 ? "as" : "not");
 }
@@ -656,171 +680,6 @@ static void test_refusals(const bfp8_backend *b) {
     dev_free(&y);
     acts_free(&a);
     operands_free(&o);
-}
-
-/* The plans the split model picks on the H200's 132 SMs: at M = 1 for the decode cells of the forced-split sweep,
- * each the measured-best split count or within 0.1 us of it (bench/hopper-notes.md, v6; 2112x7168 and 4096x7168
- * swept again in v18, with the reduce kernel here and summed in clusters in fit_cases below); at M = 16..64 the
- * normal-path plans whose tables are in v8 and v9 (timed as plans; the split counts of 2112x7168 and 4096x7168
- * swept in v18, those of the others not); last-wave splits
- * (swapped and normal) and the two normal tilings. A change of the model that moves one of these must be measured
- * again. Host-only: runs without a device; skipped when an environment variable forces a plan. */
-typedef struct {
-    int64_t m, n, k;
-    const char *plan; /* the plan's whole line, or its start when it ends in a space */
-} plan_case;
-
-static void check_plans(const plan_case *cases, size_t count,
-                        void (*describe)(int64_t, int64_t, int64_t, int, char *, size_t), const char *what) {
-    for (size_t i = 0; i < count; i++) {
-        char line[160];
-        describe(cases[i].m, cases[i].n, cases[i].k, 132, line, sizeof line);
-        const size_t len = strlen(cases[i].plan);
-        const bool whole = len > 0 && cases[i].plan[len - 1] != ' ';
-        CHECK(whole ? strcmp(line, cases[i].plan) == 0 : strncmp(line, cases[i].plan, len) == 0,
-              "%s for M=%lld N=%lld K=%lld: '%s', want '%s%s'", what, (long long)cases[i].m, (long long)cases[i].n,
-              (long long)cases[i].k, line, cases[i].plan, whole ? "" : "...");
-    }
-}
-
-static void describe_on_h200(int64_t m, int64_t n, int64_t k, int sms, char *out, size_t size) {
-    bfp8_hopper_plan_describe_fit(m, n, k, sms, kH200ClusterFit, out, size);
-}
-
-static void test_golden_plans(void) {
-    if (getenv("BFP8_HOPPER_TILE") || getenv("BFP8_HOPPER_HYBRID") || getenv("BFP8_HOPPER_SPLITS") ||
-        getenv("BFP8_HOPPER_CLUSTER") || getenv("BFP8_HOPPER_CSPLIT") || getenv("BFP8_HOPPER_SLICES") ||
-        getenv("BFP8_HOPPER_STREAMK")) {
-        printf("golden plans: skipped (a plan is forced by the environment)\n");
-        return;
-    }
-    static const plan_case cases[] = {
-        /* M = 1 and 8: swapped (split counts swept in v6); M = 16 and 32: the normal path (v9) */
-        {1, 7168, 2048, "swapped BQ=8 splits=1 "},    {16, 7168, 2048, "normal BQ=64 splits=1 "},
-        {32, 7168, 2048, "normal BQ=64 splits=1 "},  {1, 7168, 16384, "swapped BQ=8 splits=1 "},
-        {16, 7168, 16384, "normal BQ=64 splits=1 "}, {32, 7168, 16384, "normal BQ=64 splits=1 "},
-        {1, 7168, 18432, "swapped BQ=8 splits=1 "},   {16, 7168, 18432, "normal BQ=64 splits=1 "},
-        {32, 7168, 18432, "normal BQ=64 splits=1 "}, {1, 2112, 7168, "swapped BQ=8 splits=4 "},
-        {16, 2112, 7168, "normal BQ=64 splits=4 "},  {32, 2112, 7168, "normal BQ=64 splits=4 "},
-        {1, 4096, 7168, "swapped BQ=8 splits=2 "},    {16, 4096, 7168, "normal BQ=64 splits=2 "},
-        {32, 4096, 7168, "normal BQ=64 splits=2 "},
-        /* A last wave of swapped tiles in row slices (v19); at M = 16 the swapped path for them, where the normal
-         * path splits its last wave's K; 32768x512's slices would be whole tiles */
-        {8, 36864, 7168, "swapped BQ=8 splits=1 (K blocks per split 56) units=360 (whole 264; 96 row slices of 32 "
-                         "first) grid=132"},
-        {16, 36864, 7168, "swapped BQ=16 splits=1 (K blocks per split 56) units=360 (whole 264; 96 row slices of "
-                          "32 first) grid=132"},
-        {1, 24576, 1536, "swapped BQ=8 splits=1 (K blocks per split 12) units=252 (whole 132; 120 row slices of 64 "
-                         "first) grid=132"},
-        {1, 32768, 512, "swapped BQ=8 splits=1 (K blocks per split 4) units=256 (whole 0) grid=132"},
-        {16, 24576, 1536, "normal BQ=64 splits=1 (K blocks per split 12) units=384 (whole 0) grid=132"},
-        /* M = 33..64: the normal path (v8, v9), the weight-tile width by the waves rule, split K where tiles are few */
-        {33, 7168, 2048, "normal BQ=64 splits=1 "},   {64, 7168, 16384, "normal BQ=64 splits=1 "},
-        {64, 2112, 7168, "normal BQ=64 splits=4 "},   {64, 4096, 7168, "normal BQ=64 splits=2 "},
-        {64, 32768, 512, "normal BQ=128 splits=1 "},  {64, 24576, 1536, "normal BQ=64 splits=1 "},
-        {64, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
-        {128, 7168, 16384, "normal BQ=64 splits=1 "}, {4096, 7168, 16384, "normal BQ=128 splits=1 "},
-        {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
-        /* test_linear's last-wave split with two P tiles: the whole tiles are rounded down to full columns */
-        {129, 8576, 4096, "normal BQ=64 splits=32 (K blocks per split 1) units=392 (whole 264) grid=132"},
-        /* No 2-CTA clusters unless asked for (measured slower): whole lines */
-        {512, 2112, 7168, "normal BQ=64 splits=1 (K blocks per split 56) units=132 (whole 0) grid=132"},
-        /* Stream-K over the last waves' tiles (v20) where the last wave is nearly empty (4.1 waves); not where it
-         * is mostly full (1.7 and 13.6 waves, fewer tiles than SMs: measured slower), nor at M <= 64 */
-        {4096, 2112, 7168, "normal BQ=128 splits=1 (K blocks per split 56) units=792 (whole 396; stream-K over 148 "
-                           "tiles, up to 3 pieces a CTA) grid=132"},
-        {4096, 7168, 16384, "normal BQ=128 splits=1 (K blocks per split 128) units=1792 (whole 0) grid=132"},
-        {512, 7168, 16384, "normal BQ=128 splits=1 (K blocks per split 128) units=224 (whole 0) grid=132"},
-        {128, 7168, 16384, "normal BQ=64 splits=1 (K blocks per split 128) units=112 (whole 0) grid=112"},
-        {4096, 24576, 1536, "normal BQ=128 splits=1 (K blocks per split 12) units=6144 (whole 0) grid=132"},
-        {64, 7168, 16384, "normal BQ=64 splits=1 (K blocks per split 128) units=112 (whole 0) grid=112"},
-    };
-    /* With clusters allowed (BFP8_HOPPER_CLUSTER=1): sharing the activation tile where M % 128 == 0 and the Q tiles
-     * pair up, else the weight tile where N is a multiple of the Q tile and the P tiles pair up, else none (2112 =
-     * 16.5 x 128 = 33 x 64: neither at M = 4096 or 128); never at M <= 64 or with the last-wave split. */
-    static const plan_case cluster_cases[] = {
-        {4096, 7168, 16384, "normal BQ=128 splits=1 (K blocks per split 128) units=896 (whole 0) grid=132 "
-                            "clusters of 2 sharing P"},
-        {512, 2112, 7168, "normal BQ=64 splits=1 (K blocks per split 56) units=66 (whole 0) grid=132 clusters of 2 "
-                          "sharing Q"},
-        {4095, 2048, 512, "normal BQ=128 splits=1 (K blocks per split 4) units=256 (whole 0) grid=132 clusters of 2 "
-                          "sharing Q"},
-        {256, 256, 8192, "normal BQ=64 splits=11 (K blocks per split 6) units=44 (whole 0) grid=88 clusters of 2 "
-                         "sharing P"},
-        {4096, 2112, 7168, "normal BQ=128 splits=1 (K blocks per split 56) units=544 (whole 0) grid=132"},
-        {128, 2112, 7168, "normal BQ=64 splits=3 (K blocks per split 19) units=99 (whole 0) grid=99"},
-        {64, 7168, 2048, "normal BQ=64 splits=1 (K blocks per split 16) units=112 (whole 0) grid=112"},
-        {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
-    };
-    /* With the H200's cluster counts: the split cells sum inside clusters, with the split count the model picks
-     * for it (bench/hopper-notes.md, v18), which is one whose clusters all fit (2112x7168 at M = 16..128: 3 splits,
-     * as 33 clusters of 4 do not fit); unsplit cells, row slices (7168x16384 and 7168x18432 at M <= 8 take them in
-     * place of a 2-way split, v19) and the last-wave splits (whole tiles) are as without clusters. */
-    static const plan_case fit_cases[] = {
-        {1, 2112, 7168, "swapped BQ=8 splits=4 (K blocks per split 14) units=68 (whole 0) grid=68 summed in clusters"},
-        {16, 2112, 7168, "normal BQ=64 splits=3 (K blocks per split 19) units=99 (whole 0) grid=99 summed in clusters"},
-        {128, 2112, 7168, "normal BQ=64 splits=3 (K blocks per split 19) units=99 (whole 0) grid=99 summed in "
-                          "clusters"},
-        {1, 4096, 7168, "swapped BQ=8 splits=2 (K blocks per split 28) units=64 (whole 0) grid=64 summed in clusters"},
-        {8, 4096, 7168, "swapped BQ=8 splits=2 (K blocks per split 28) units=64 (whole 0) grid=64 summed in clusters"},
-        {16, 4096, 7168, "normal BQ=64 splits=2 (K blocks per split 28) units=128 (whole 0) grid=128 summed in "
-                         "clusters"},
-        {128, 4096, 7168, "normal BQ=64 splits=2 (K blocks per split 28) units=128 (whole 0) grid=128 summed in "
-                          "clusters"},
-        {1, 7168, 16384, "swapped BQ=8 splits=1 (K blocks per split 128) units=112 (whole 0; 112 row slices of 64 "
-                         "first) grid=112"},
-        {8, 7168, 18432, "swapped BQ=8 splits=1 (K blocks per split 144) units=112 (whole 0; 112 row slices of 64 "
-                         "first) grid=112"},
-        {1, 7168, 2048, "swapped BQ=8 splits=1 (K blocks per split 16) units=56 (whole 0) grid=56"},
-        {16, 7168, 2048, "normal BQ=64 splits=1 (K blocks per split 16) units=112 (whole 0) grid=112"},
-        {8, 36864, 7168, "swapped BQ=8 splits=1 (K blocks per split 56) units=360 (whole 264; 96 row slices of 32 "
-                         "first) grid=132"},
-        {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
-        {1, 32768, 512, "swapped BQ=8 splits=1 (K blocks per split 4) units=256 (whole 0) grid=132"},
-        {1, 24576, 1536, "swapped BQ=8 splits=1 (K blocks per split 12) units=252 (whole 132; 120 row slices of 64 "
-                         "first) grid=132"},
-    };
-    check_plans(cases, sizeof cases / sizeof cases[0], bfp8_hopper_plan_describe, "plan");
-    check_plans(fit_cases, sizeof fit_cases / sizeof fit_cases[0], describe_on_h200, "plan on the H200");
-    /* test_small's cluster-sum cases do sum in clusters on the H200, with the cluster sizes their comments name
-     * (where the device fits fewer clusters they take the reduce kernel, and pass either way). */
-    static const plan_case small_csplit[] = {
-        {8, 3000, 2048, "swapped BQ=8 splits=4 (K blocks per split 4) units=96 (whole 0) grid=96 summed in clusters"},
-        {5, 2500, 3072, "swapped BQ=8 splits=4 (K blocks per split 6) units=80 (whole 0) grid=80 summed in clusters"},
-        {3, 1536, 4096, "swapped BQ=8 splits=8 (K blocks per split 4) units=96 (whole 0) grid=96 summed in clusters"},
-        {2, 1000, 2560, "swapped BQ=8 splits=7 (K blocks per split 3) units=56 (whole 0) grid=56 summed in clusters"},
-        {100, 1000, 4096, "normal BQ=64 splits=6 (K blocks per split 6) units=96 (whole 0) grid=96 summed in clusters"},
-        {16, 330, 6144, "normal BQ=64 splits=8 (K blocks per split 6) units=48 (whole 0) grid=48 summed in clusters"},
-        {72, 520, 3584, "normal BQ=64 splits=7 (K blocks per split 4) units=63 (whole 0) grid=63 summed in clusters"},
-        {128, 256, 8192, "normal BQ=64 splits=8 (K blocks per split 8) units=32 (whole 0) grid=32 summed in clusters"},
-    };
-    check_plans(small_csplit, sizeof small_csplit / sizeof small_csplit[0], describe_on_h200, "small case on the H200");
-    static const plan_case small_slices[] = {
-        {3, 17000, 256, "swapped BQ=8 splits=1 (K blocks per split 2) units=136 (whole 132; 4 row slices of 32 "
-                        "first) grid=132"},
-        {8, 21896, 512, "swapped BQ=8 splits=1 (K blocks per split 4) units=211 (whole 132; 79 row slices of 64 "
-                        "first) grid=132"},
-        {2, 7000, 8192, "swapped BQ=8 splits=1 (K blocks per split 64) units=110 (whole 0; 110 row slices of 64 "
-                        "first) grid=110"},
-        {12, 20002, 4096, "swapped BQ=16 splits=1 (K blocks per split 32) units=230 (whole 132; 98 row slices of "
-                          "32 first) grid=132"},
-    };
-    check_plans(small_slices, sizeof small_slices / sizeof small_slices[0], describe_on_h200, "small case on the H200");
-    static const plan_case small_stream_k[] = {
-        {2100, 2112, 2048, "normal BQ=128 splits=1 (K blocks per split 16) units=528 (whole 132; stream-K over 157 "
-                           "tiles, up to 3 pieces a CTA) grid=132"},
-        {1500, 1500, 4096, "normal BQ=64 splits=1 (K blocks per split 32) units=528 (whole 132; stream-K over 156 "
-                           "tiles, up to 3 pieces a CTA) grid=132"},
-        {2100, 1000, 3072, "normal BQ=64 splits=1 (K blocks per split 24) units=396 (whole 132; stream-K over 140 "
-                           "tiles, up to 2 pieces a CTA) grid=132"},
-        {700, 3000, 3088, "normal BQ=64 splits=1 (K blocks per split 25) units=528 (whole 132; stream-K over 150 "
-                          "tiles, up to 3 pieces a CTA) grid=132"},
-        {200, 7168, 8192, "normal BQ=128 splits=1 (K blocks per split 64) units=112 (whole 0) grid=112"},
-    };
-    check_plans(small_stream_k, sizeof small_stream_k / sizeof small_stream_k[0], describe_on_h200,
-                "small case on the H200");
-    check_plans(cluster_cases, sizeof cluster_cases / sizeof cluster_cases[0], bfp8_hopper_cluster_plan_describe,
-                "plan with clusters");
 }
 
 /* bfp8_linear on the device with hopper: the activation quantization kernel, then the GEMM launched as its
@@ -948,12 +807,12 @@ static void test_linear(bool small_only) {
     linear_case(dev, host, 40, 1024, 1536, BFP8_SCALE_FP32, true);    /* normal, one consumer warpgroup */
     linear_case(dev, host, 100, 384, 1040, BFP8_SCALE_FP32, true);    /* normal, partial last K block */
     linear_case(dev, host, 129, 8576, 4096, BFP8_SCALE_UE8M0, true);  /* normal, last wave's tiles split */
-    linear_case(dev, host, 1000, 1024, 768, BFP8_SCALE_FP32, false);  /* (clusters: sharing, as a dependent) */
+    linear_case(dev, host, 1000, 1024, 768, BFP8_SCALE_FP32, false);  /* normal, a cut last activation tile */
     if (!small_only) {
         linear_case(dev, host, 8, 2048, 8192, BFP8_SCALE_FP32, true);   /* swapped, 13-block units (two partials) */
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */
         linear_case(dev, host, 600, 1536, 768, BFP8_SCALE_UE8M0, true); /* normal, several tiles per CTA */
-        linear_case(dev, host, 512, 1024, 2048, BFP8_SCALE_FP32, true); /* (clusters: sharing activations) */
+        linear_case(dev, host, 512, 1024, 2048, BFP8_SCALE_FP32, true); /* normal, four whole P tiles */
         test_linear_graph(dev, 3, 256, 8192);   /* swapped with split K: every node kind above */
         test_linear_graph(dev, 2100, 2112, 2048); /* stream-K: the flags' memset in the graph */
     }
@@ -1004,32 +863,6 @@ static void test_dsr1(const bfp8_backend *b) {
 
 #endif
 
-/* Host-only: the kernel's unit decode (multiply-shift divisors) against plain division, and every (tile, K block)
- * of the plan computed by exactly one unit, for the DeepSeek-R1 shapes and ragged ones at many M, on several SM
- * counts, with and without 2-CTA clusters (and under whatever plan the environment forces). */
-static void test_unit_grids(void) {
-    static const int64_t shapes[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {36864, 7168},
-                                        {7168, 18432}, {4096, 7168},  {7168, 2048},  {8576, 4096},  {2048, 512},
-                                        {200, 300},    {1, 1},        {256, 8192},   {130, 129}};
-    /* 1200 and 2000: 10 and 16 P tiles, several rasterization groups with a partial last one (and 8 pairs). */
-    static const int64_t ms[] = {1, 5, 8, 9, 16, 33, 64, 65, 100, 128, 129, 256, 512, 1000, 1200, 2000, 4095, 4096};
-    static const int sms[] = {132, 114, 78, 7, 2, 1};
-    int checked = 0;
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
-            for (size_t c = 0; c < sizeof sms / sizeof sms[0]; c++)
-                for (int mode = 0; mode < 3; mode++) { /* plain, 2-CTA clusters allowed, stream-K wherever it applies */
-                    char why[256] = "";
-                    const bool ok = bfp8_hopper_check_units(ms[i], shapes[s][0], shapes[s][1], sms[c], mode == 1,
-                                                            mode == 2, why, sizeof why);
-                    CHECK(ok, "units of M=%lld N=%lld K=%lld on %d SMs%s: %s", (long long)ms[i],
-                          (long long)shapes[s][0], (long long)shapes[s][1], sms[c],
-                          mode == 1 ? " (clusters)" : mode == 2 ? " (stream-K)" : "", why);
-                    checked++;
-                }
-    printf("unit grids: %d plans checked\n", checked);
-}
-
 int main(int argc, char **argv) {
     test_seed();
     bool small_only = false;
@@ -1043,8 +876,7 @@ int main(int argc, char **argv) {
 #else
     const bfp8_backend *b = bfp8_hopper_backend();
     test_caps(b);
-    test_golden_plans();
-    test_unit_grids();
+    test_prior_kernel_flag();
     char why[BFP8_REASON_MAX] = "";
     bool have = bfp8_cuda_available(why, sizeof why);
     int arch = have ? bfp8_cuda_current_arch() : 0;

@@ -1,42 +1,17 @@
-/* The `cuda_generic` backend: the GPU's always-works block-FP8 GEMM. It runs every problem on an sm_89+ device:
- * any M, N, K (K = 0 writes the bias), bf16/f16/f32 output, f32/bf16/f16 bias, fp32 or UE8M0 scales in every
- * layout. Two kernels serve it:
- *  - on sm_90a, every problem the wgmma kernel of hopper.cu takes (K % 16 == 0, 16-byte aligned operands,
- *    activation scales mn_major_aligned, weight scales row_major) runs there. Hopper has no FP8 mma.sync datapath
- *    (the compiler emulates it with f16 HMMAs), which caps the mma.sync kernel at ~240 TFLOP/s there, below the
- *    Triton kernel the engines fall back to (bench/RESULTS.md). Triton itself lowers to wgmma on Hopper;
- *  - everything else (sm_89, ragged K, other layouts) runs on the mma.sync kernel of gemm_generic.cu, with
- *    split-K partials in stream-ordered scratch.
- * Both compute the same function to the tolerances of DESIGN.md section 3; tests/test_cuda.c runs both. */
+/* The `cuda_generic` backend: the GPU's portable block-FP8 GEMM, the fallback for every problem a faster backend
+ * declines. It runs every problem on an sm_89+ device: any M, N, K (K = 0 writes the bias), bf16/f16/f32 output,
+ * f32/bf16/f16 bias, fp32 or UE8M0 scales in every layout, on its own kernel (gemm_generic.cu: FP8 mma.sync, split-K
+ * partials in stream-ordered scratch). It never runs another backend's kernel: the dispatcher picks hopper or
+ * cublaslt where they are faster, and a fallback to this one shows what that costs. */
 #include "cuda_glue.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* 0: auto (wgmma where it applies), 1: always mma.sync, -1: not read yet (BFP8_CUDA_GENERIC_KERNEL=mma_sync gives 1). */
-static atomic_int forced_mma_sync = -1;
-
-void bfp8_cuda_generic_force_mma_sync(bool on) { atomic_store(&forced_mma_sync, on ? 1 : 0); }
-
-static bool use_mma_sync_only(void) {
-    int v = atomic_load(&forced_mma_sync);
-    if (v < 0) {
-        const char *e = getenv("BFP8_CUDA_GENERIC_KERNEL");
-        v = e && strcmp(e, "mma_sync") == 0;
-        int unset = -1;
-        atomic_compare_exchange_strong(&forced_mma_sync, &unset, v);
-    }
-    return v == 1;
-}
 
 static bfp8_status generic_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
     (void)self;
     bfp8_cuda_device_info info;
     BFP8_TRY(bfp8_cuda_device_info_get(&info));
-    char why[BFP8_REASON_MAX];
-    if (!use_mma_sync_only() && bfp8_hopper_kernel_takes(args, info.arch, why, sizeof why))
-        return bfp8_hopper_kernel_run(args, info.num_sms);
     bfp8_cuda_gemm_desc d = {
         .m = args->m,
         .n = args->n,
@@ -71,12 +46,13 @@ static bfp8_status generic_gemm(const bfp8_backend *self, const bfp8_gemm_args *
 
 const bfp8_backend bfp8_backend_cuda_generic = {
     .name = "cuda_generic",
-    .summary = "always works: any M/N/K, dtype and layout; the wgmma kernel on sm_90a where it applies, "
-               "FP8 mma.sync (sm_89+) elsewhere",
+    .summary = "always works: any M/N/K, dtype and layout; its own FP8 mma.sync kernel (sm_89+)",
     .caps =
         {
             .device = BFP8_DEVICE_CUDA,
+            /* sm_89 and sm_90a SASS, and compute_89 PTX that newer devices JIT (Makefile): no upper limit. */
             .min_arch = 89,
+            .max_arch = 0,
             .out_dtypes = ALL_FLOAT_DTYPES,
             .scale_formats = BFP8_BIT(BFP8_SCALE_FP32) | BFP8_BIT(BFP8_SCALE_UE8M0),
             .a_layouts = ALL_LAYOUTS,
@@ -84,8 +60,7 @@ const bfp8_backend bfp8_backend_cuda_generic = {
             .bias_dtypes = ALL_FLOAT_DTYPES,
             /* The kernel keeps 32-bit offsets inside a 128-row tile: 128 * K < 2^32. */
             .max_k = (int64_t)1 << 24,
-            /* The last resort on the GPU: below hopper and cublaslt, which it shares a kernel with or trails
-             * (bench/RESULTS.md). */
+            /* The last resort on the GPU: below hopper and cublaslt, which are faster where they run. */
             .priority = 20,
         },
     .supports = NULL,

@@ -1,5 +1,6 @@
 /* cuda_generic's own kernel: the always-works block-FP8 GEMM on FP8 tensor cores (mma.sync m16n8k32 e4m3, sm_89+).
- * On sm_90a, cuda_generic sends the problems the wgmma kernel takes to hopper.cu instead (cuda_generic.c says why).
+ * It runs every problem cuda_generic is given, sm_90 included: where hopper's wgmma kernel is faster, the dispatcher
+ * picks hopper, not this backend.
  *
  * y[m,n] = sum_kb sa[m,kb] * sb[n/128,kb] * (sum_{k in kb} a[m,k] b[n,k]) + bias[n], one rounding at the end.
  * A CTA computes a BM x BN tile (BN divides 128, so one weight-scale row per tile) and walks K in 128-wide blocks:
