@@ -16,6 +16,9 @@ bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
 #endif
     ;
 
+/* Size of the thread-local error message, room for two paths of PATH_MAX and the reason. */
+#define BFP8_ERROR_MAX (2 * 4096 + 512)
+
 #define BFP8_CHECK_ARG(cond, ...)                                                                                \
     do {                                                                                                         \
         if (!(cond)) return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, __VA_ARGS__);                                  \
@@ -111,6 +114,12 @@ bfp8_scale_layout bfp8_act_layout(uint32_t set);
  * runs which task varies: results must not depend on it. A nested or concurrent call runs serially. */
 typedef void (*bfp8_task_fn)(void *ctx, int64_t task, int thread);
 bfp8_status bfp8_parallel_for(int64_t ntasks, int max_threads, bfp8_task_fn fn, void *ctx);
+
+/* Parses JSON text that must be an object, as strictly as a safetensors header (src/safetensors.c): UTF-8 without
+ * raw control characters or a byte order mark, starting with '{', nesting at most 128 deep, no escaped NUL, no key
+ * twice in any object, nothing but whitespace after it. FORMAT messages start with `what`. *out: cJSON_Delete it. */
+struct cJSON;
+bfp8_status bfp8_json_parse_object(const char *text, size_t len, const char *what, struct cJSON **out);
 
 /* Built-in backends. Each file defines one; CUDA ones register themselves only when a device exists. */
 extern const bfp8_backend bfp8_backend_ref;

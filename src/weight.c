@@ -198,29 +198,3 @@ void bfp8_weight_free(bfp8_weight *w) {
     free(w->q_host);
     free(w);
 }
-
-bfp8_status bfp8_weight_load(const bfp8_safetensors *f, const char *name, bfp8_weight **out) {
-    BFP8_CHECK_ARG(f && name && out, "weight_load: NULL argument");
-    *out = NULL;
-    const bfp8_tensor *q = bfp8_safetensors_find(f, name);
-    if (!q) return bfp8_fail(BFP8_ERR_NOT_FOUND, "weight_load: no tensor '%s'", name);
-    char scale_name[1100];
-    snprintf(scale_name, sizeof scale_name, "%s_scale_inv", name);
-    const bfp8_tensor *s = bfp8_safetensors_find(f, scale_name);
-    if (!s) return bfp8_fail(BFP8_ERR_NOT_FOUND, "weight_load: no tensor '%s' (DeepSeek naming: the weight's "
-                             "dequantization scales)", scale_name);
-    if (q->dtype != BFP8_DTYPE_E4M3 || q->ndim != 2)
-        return bfp8_fail(BFP8_ERR_FORMAT, "weight_load: '%s' must be a 2-D F8_E4M3 tensor, got %s with %d dims",
-                         name, bfp8_dtype_name(q->dtype), q->ndim);
-    int64_t n = q->shape[0], k = q->shape[1];
-    int64_t nb = bfp8_ceil_div(n, BFP8_BLOCK), kb = bfp8_ceil_div(k, BFP8_BLOCK);
-    if (s->dtype != BFP8_DTYPE_F32 || s->ndim != 2 || s->shape[0] != nb || s->shape[1] != kb)
-        return bfp8_fail(BFP8_ERR_FORMAT, "weight_load: '%s' must be F32 [%" PRId64 ", %" PRId64 "] for a [%" PRId64
-                         ", %" PRId64 "] weight, got %s with %d dims [%" PRId64 ", %" PRId64 "]", scale_name, nb, kb,
-                         n, k, bfp8_dtype_name(s->dtype), s->ndim, s->ndim > 0 ? s->shape[0] : 0,
-                         s->ndim > 1 ? s->shape[1] : 0);
-    bfp8_scales scales;
-    /* The checkpoint's scales are plain fp32: UE8M0 is a property of values, and is never guessed from them. */
-    BFP8_TRY(bfp8_scales_init(&scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, nb, kb, s->data));
-    return bfp8_weight_create(out, q->data, n, k, &scales);
-}

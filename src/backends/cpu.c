@@ -160,6 +160,12 @@ bfp8_status bfp8_cpu_force_isa(const char *isa) {
     return BFP8_OK;
 }
 
+bfp8_status bfp8_cpu_check_env(void) {
+    const char *env = getenv("BFP8_CPU_ISA");
+    if (isa_from_name(env) >= 0) return BFP8_OK;
+    return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, "BFP8_CPU_ISA='%.64s' is not auto, portable or avx2", env);
+}
+
 void bfp8_cpu_force_path(int path) { atomic_store(&forced_path, path >= 0 && path <= 2 ? path : 0); }
 
 void bfp8_cpu_force_kc_blocks(int kc_blocks) { atomic_store(&forced_kc_blocks, kc_blocks > 0 ? kc_blocks : 0); }
@@ -168,7 +174,7 @@ static const bfp8_cpu_kernels *select_kernels(void) {
     int want = atomic_load(&forced_isa);
     if (want == ISA_AUTO) {
         int env = isa_from_name(getenv("BFP8_CPU_ISA"));
-        want = env > 0 ? env : ISA_AUTO; /* an unknown value means auto */
+        want = env > 0 ? env : ISA_AUTO; /* an unknown value means auto (bfp8_check_env reports it) */
     }
     if (want == ISA_PORTABLE || !cpu_has_avx2()) return &bfp8_cpu_kernels_portable;
     return &bfp8_cpu_kernels_avx2;

@@ -68,6 +68,8 @@ void bfp8_cpu_store(const bfp8_cpu_plan *p, int64_t m0, int64_t rows, int64_t n0
 /* Test hooks. ISA: "auto" (default; env BFP8_CPU_ISA overrides), "portable", "avx2". Path: 0 auto, 1 small-M,
  * 2 large-M. Both are process-wide; tests use them to compare the paths byte for byte. */
 bfp8_status bfp8_cpu_force_isa(const char *isa);
+/* INVALID_ARGUMENT when BFP8_CPU_ISA is set to a value isa selection ignores (part of bfp8_check_env). */
+bfp8_status bfp8_cpu_check_env(void);
 void bfp8_cpu_force_path(int path);
 /* K blocks per slice of the large-M path (0: the default, BFP8_CPU_KC_BLOCKS). */
 void bfp8_cpu_force_kc_blocks(int kc_blocks);
