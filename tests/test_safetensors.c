@@ -778,6 +778,16 @@ static void test_io_errors(void) {
     CHECK(dir_entries(tmp_dir) == 1 && dir_entries(path) == 0, "a directory destination left a temp file (%d entries)",
           dir_entries(tmp_dir));
     rmdir(path);
+
+    /* Nor is anything else that is not a regular file (rename() would replace a device node such as /dev/null;
+     * a FIFO stands in for it here). */
+    path_in_tmp(path, sizeof path, "a_fifo");
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+    CHECK_STATUS(bfp8_safetensors_write(path, &t, 1), BFP8_ERR_IO);
+    CHECK(strstr(bfp8_last_error(), "not a regular file") != NULL, "msg: %s", bfp8_last_error());
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode) && dir_entries(tmp_dir) == 1, "the FIFO was replaced");
+    remove(path);
 }
 
 static void test_arguments(void) {
