@@ -368,8 +368,9 @@ void bfp8_safetensors_close(bfp8_safetensors *f);
 bfp8_status bfp8_safetensors_write(const char *path, const bfp8_tensor *tensors, size_t count);
 
 typedef struct bfp8_write_options {
-    /* Called with the temp file's path just after it is created, and with NULL once it has been renamed or removed:
-     * a program that removes it from a signal handler (SIGINT, SIGTERM) keeps a copy of the path. May be NULL. */
+    /* Called with the temp file's path just before it is created (exclusively) and again just after, and with
+     * NULL once it has been renamed or removed, or could not be created: a program that removes it from a signal
+     * handler (SIGINT, SIGTERM) keeps a copy of the path, and never misses a temp file that exists. May be NULL. */
     void (*on_temp)(const char *temp_path, void *ctx);
     void *ctx;
 } bfp8_write_options;

@@ -755,8 +755,10 @@ static char *st_destination(const char *path) {
 }
 
 /* Creates a temp file with a short name in `dir` (so a destination name of up to NAME_MAX bytes still works), mode
- * 0666 less the umask, as a new file would get. Returns the fd (and the name in *tmp_out), or -1 with errno. */
-static int st_create_temp(const char *dir, char **tmp_out) {
+ * 0666 less the umask, as a new file would get. Returns the fd (and the name in *tmp_out), or -1 with errno.
+ * The name is announced through on_temp just before the file is created (O_EXCL), so that a signal handler
+ * removing it cannot miss a file that exists, and again once it exists; a failed attempt announces NULL. */
+static int st_create_temp(const char *dir, char **tmp_out, const bfp8_write_options *options) {
     static atomic_uint seq;
     static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
     size_t size = strlen(dir) + 32;
@@ -780,8 +782,16 @@ static int st_create_temp(const char *dir, char **tmp_out) {
         for (int i = 0; i < 8; i++, x /= 36) id[i] = alphabet[x % 36];
         id[8] = '\0';
         snprintf(tmp, size, "%s/.bfp8.tmp.%s", dir, id);
+        if (options && options->on_temp) options->on_temp(tmp, options->ctx);
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST) break;
+        if (fd < 0) {
+            int err = errno;
+            if (options && options->on_temp) options->on_temp(NULL, options->ctx);
+            errno = err;
+            if (err != EEXIST) break;
+        } else if (options && options->on_temp) {
+            options->on_temp(tmp, options->ctx);
+        }
     }
     if (fd < 0) {
         int err = errno;
@@ -799,9 +809,8 @@ static bfp8_status st_write_via_temp(const char *path, const char *dest, const c
                                      const unsigned char prefix[8], const char *header, size_t header_len,
                                      const bfp8_tensor *tensors, size_t count, const bfp8_write_options *options) {
     char *tmp = NULL;
-    int fd = st_create_temp(dir, &tmp);
+    int fd = st_create_temp(dir, &tmp, options);
     if (fd < 0) return bfp8_fail(BFP8_ERR_IO, "%s: cannot create a temp file in %s: %s", path, dir, strerror(errno));
-    if (options && options->on_temp) options->on_temp(tmp, options->ctx);
 
     const char *step = "write";
     int err = 0;

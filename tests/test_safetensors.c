@@ -621,17 +621,23 @@ static void test_mapped(void) {
 typedef struct temp_log {
     int calls;
     char first[512];
-    bool existed; /* the temp file existed when it was announced */
+    bool absent_at_announce; /* announced before it is created: a handler that removes it cannot miss it */
+    bool exists_at_second;   /* announced again, by the same name, once it exists */
+    bool gone_at_null;       /* renamed or removed by the time NULL is announced */
     bool last_null;
 } temp_log;
 
 static void record_temp(const char *temp_path, void *ctx) {
     temp_log *log = ctx;
-    if (log->calls++ == 0 && temp_path) {
+    if (log->calls == 0 && temp_path) {
         snprintf(log->first, sizeof log->first, "%s", temp_path);
-        log->existed = access(temp_path, F_OK) == 0;
+        log->absent_at_announce = access(temp_path, F_OK) != 0;
     }
+    if (log->calls == 1)
+        log->exists_at_second = temp_path && strcmp(temp_path, log->first) == 0 && access(temp_path, F_OK) == 0;
+    if (!temp_path) log->gone_at_null = access(log->first, F_OK) != 0;
     log->last_null = temp_path == NULL;
+    log->calls++;
 }
 
 static mode_t mode_of(const char *path) {
@@ -689,7 +695,8 @@ static void test_write_safety(void) {
     temp_log log = {0};
     bfp8_write_options opt = {.on_temp = record_temp, .ctx = &log};
     CHECK_OK(bfp8_safetensors_write_ex(path, &t, 1, &opt));
-    CHECK(log.calls == 2 && log.existed && log.last_null, "on_temp: %d calls, existed %d", log.calls, log.existed);
+    CHECK(log.calls == 3 && log.absent_at_announce && log.exists_at_second && log.gone_at_null && log.last_null,
+          "on_temp: %d calls", log.calls);
     CHECK(strncmp(log.first, tmp_dir, strlen(tmp_dir)) == 0 && strlen(log.first) - strlen(tmp_dir) <= 24 &&
               access(log.first, F_OK) != 0,
           "temp file '%s': not short, not in the destination's directory, or still there", log.first);
@@ -708,7 +715,7 @@ static void test_write_safety(void) {
     size_t ml = strlen(msg), rl = strlen(reason);
     CHECK(ml > rl && strcmp(msg + ml - rl, reason) == 0 && strstr(msg, path) == msg,
           "256-byte name: message '%s' does not start with the path and end with '%s'", msg, reason);
-    CHECK(log.calls == 2 && log.last_null && dir_entries(tmp_dir) == 0, "256-byte name left %d entries",
+    CHECK(log.calls == 3 && log.last_null && log.gone_at_null && dir_entries(tmp_dir) == 0, "256-byte name left %d entries",
           dir_entries(tmp_dir));
 
     /* A write that fails half-way (RLIMIT_FSIZE: EFBIG) removes its temp file and leaves the old file whole. */
@@ -728,7 +735,7 @@ static void test_write_safety(void) {
         setrlimit(RLIMIT_FSIZE, &old_limit);
         CHECK(st == BFP8_ERR_IO && strstr(bfp8_last_error(), "write failed"), "EFBIG: %s '%s'", bfp8_status_name(st),
               bfp8_last_error());
-        CHECK(log.calls == 2 && log.existed && log.last_null && access(log.first, F_OK) != 0,
+        CHECK(log.calls == 3 && log.absent_at_announce && log.exists_at_second && log.gone_at_null && log.last_null,
               "EFBIG: temp '%s' still there (%d calls)", log.first, log.calls);
         CHECK(dir_entries(tmp_dir) == 1, "EFBIG left %d entries", dir_entries(tmp_dir));
         f = NULL;

@@ -328,8 +328,11 @@ static void register_temp(const char *temp_path, void *ctx) {
     }
     size_t len = strlen(temp_path);
     if (len >= sizeof pending_temp) return; /* cannot happen: the temp name is short and in the output's directory */
-    memcpy(pending_temp, temp_path, len + 1);
-    pending_temp_set = 1;
+    if (!pending_temp_set) {
+        memcpy(pending_temp, temp_path, len + 1);
+        pending_temp_set = 1;
+        return; /* announced before it is created; called again once it exists */
+    }
     const char *delay = getenv("BFP8_CLI_TEST_WRITE_DELAY_MS");
     if (delay && *delay) {
         long ms = strtol(delay, NULL, 10);
