@@ -206,10 +206,8 @@ static bfp8_status ck_open_index(const char *path, bfp8_checkpoint **out) {
     char *text = NULL;
     size_t len = 0;
     BFP8_TRY(ck_read_text(path, &text, &len));
-    char what[BFP8_ERROR_MAX / 2];
-    snprintf(what, sizeof what, "%s", path);
     cJSON *root = NULL;
-    bfp8_status st = bfp8_json_parse_object(text, len, what, &root);
+    bfp8_status st = bfp8_json_parse_object(text, len, path, &root);
     free(text);
     BFP8_TRY(st);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");

@@ -1,7 +1,9 @@
 #!/bin/sh
 # End-to-end tests of the blockfp8 CLI: --help everywhere, usage errors (exit 2), runtime errors (exit 1 with
-# "blockfp8 <cmd>: ..."), missing and malformed files (never a crash), quantize -> linear on real files, explain,
-# demo and check. Input files are written by a small python3 script (standard library only).
+# "blockfp8 <cmd>: ..."), missing and malformed files (never a crash), quantize's selection of tensors, quantize ->
+# linear on real files (scale formats, leading dimensions, a two-shard checkpoint with its index, --device), outputs
+# that would destroy an input, modes, long names and temp files on failures and signals, explain, demo and check.
+# Input files are written by small python3 scripts (standard library only).
 # Usage: sh tests/cli.sh BUILD_DIR     Closing line: "cli: N passed, N failed"; exit 1 on any failure.
 set -u
 build=${1:-build}
