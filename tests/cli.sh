@@ -577,7 +577,7 @@ has err "BFP8_NUM_THREADS='abc' is not an integer in [1, 256]"
 expect 1 env BFP8_CPU_ISA=bogus "$cli" quantize --kind act --in "$tmp/input.safetensors" --out "$tmp/xq.safetensors"
 has err "BFP8_CPU_ISA='bogus' is not auto, portable or avx2"
 expect 0 env BFP8_NUM_THREADS=abc "$cli" demo --help
-expect 0 env BFP8_NUM_THREADS=1 BFP8_CPU_ISA=portable "$cli" demo --m 1 --n 128 --k 128 --device cpu
+expect 0 env BFP8_NUM_THREADS=1 BFP8_CPU_ISA=portable "$cli" explain --m 1 --n 128 --k 128
 
 # --- explain -----------------------------------------------------------------------------------------------------
 expect 0 "$cli" explain --m 16 --n 2112 --k 7168
