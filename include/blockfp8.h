@@ -68,10 +68,11 @@ typedef enum bfp8_dtype {
     BFP8_DTYPE_F16,
     BFP8_DTYPE_E4M3, /* OCP e4m3fn */
     BFP8_DTYPE_I32,
+    BFP8_DTYPE_UE8M0, /* 8-bit power-of-two exponents (safetensors F8_E8M0): scale tensors of checkpoints only */
     BFP8_DTYPE_COUNT
 } bfp8_dtype;
 
-const char *bfp8_dtype_name(bfp8_dtype dtype);                  /* "f32", "bf16", "f16", "e4m3", "i32" */
+const char *bfp8_dtype_name(bfp8_dtype dtype);                  /* "f32", "bf16", "f16", "e4m3", "i32", "ue8m0" */
 bfp8_status bfp8_dtype_parse(const char *name, bfp8_dtype *out); /* also accepts "fp32", "fp16", "float32", ... */
 size_t bfp8_dtype_size(bfp8_dtype dtype);                       /* 0 for an unknown dtype */
 
@@ -392,7 +393,9 @@ typedef struct bfp8_tensor {
 
 typedef struct bfp8_safetensors bfp8_safetensors;
 
-/* Reads and validates a whole file: header, dtypes, shapes, byte counts and offsets. Malformed -> FORMAT. */
+/* Opens and validates a file: header, dtypes, shapes, byte counts and offsets, which must cover the data section
+ * exactly (as the Hugging Face reader requires). Malformed -> FORMAT. The file is mapped read-only, not copied:
+ * tensor data of an opened file must not be written to. */
 bfp8_status bfp8_safetensors_open(const char *path, bfp8_safetensors **out);
 /* The same from memory (copied); what the fuzzer drives. */
 bfp8_status bfp8_safetensors_parse(const void *bytes, size_t size, bfp8_safetensors **out);
@@ -401,11 +404,55 @@ const bfp8_tensor *bfp8_safetensors_at(const bfp8_safetensors *f, size_t index);
 const bfp8_tensor *bfp8_safetensors_find(const bfp8_safetensors *f, const char *name);
 void bfp8_safetensors_close(bfp8_safetensors *f);
 
-/* Writes tensors (data borrowed from the array) to `path` atomically (temp file + rename). */
+/* Writes tensors (data borrowed from the array) to `path` atomically: a temp file with a short name in the same
+ * directory, renamed over `path` at the end and removed on every failure. A file being replaced keeps its mode
+ * bits; a symlink at `path` is followed, so the file it names is replaced and the link stays. */
 bfp8_status bfp8_safetensors_write(const char *path, const bfp8_tensor *tensors, size_t count);
 
-/* Loads DeepSeek naming: NAME (F8_E4M3 [N,K]) + NAME_scale_inv (F32 [ceil(N/128), ceil(K/128)]). */
+typedef struct bfp8_write_options {
+    /* Called with the temp file's path just before it is created (exclusively) and again just after, and with
+     * NULL once it has been renamed or removed, or could not be created: a program that removes it from a signal
+     * handler (SIGINT, SIGTERM) keeps a copy of the path, and never misses a temp file that exists. May be NULL. */
+    void (*on_temp)(const char *temp_path, void *ctx);
+    void *ctx;
+} bfp8_write_options;
+/* bfp8_safetensors_write with options (NULL: none). */
+bfp8_status bfp8_safetensors_write_ex(const char *path, const bfp8_tensor *tensors, size_t count,
+                                      const bfp8_write_options *options);
+
+/* A checkpoint of one or several safetensors files (src/checkpoint.c). `path` is a .safetensors file, a
+ * Hugging Face index (NAME.index.json: {"weight_map": {tensor: shard file}}, shards relative to its directory), or a
+ * directory holding model.safetensors.index.json or model.safetensors. Shards are opened (mapped) when a tensor in
+ * them is first looked up. Thread-safe. */
+typedef struct bfp8_checkpoint bfp8_checkpoint;
+bfp8_status bfp8_checkpoint_open(const char *path, bfp8_checkpoint **out);
+/* The tensor `name` (borrowed until close); NOT_FOUND when the checkpoint has none, FORMAT or IO when its shard
+ * cannot be read or lacks the tensor the index puts there. */
+bfp8_status bfp8_checkpoint_find(bfp8_checkpoint *c, const char *name, const bfp8_tensor **out);
+/* Every file the checkpoint is made of: the index first (when there is one), then each shard, as paths. */
+size_t bfp8_checkpoint_file_count(const bfp8_checkpoint *c);
+const char *bfp8_checkpoint_file_path(const bfp8_checkpoint *c, size_t index);
+/* Number of tensor names the checkpoint holds (the index's weight_map, or the single file's tensors). */
+size_t bfp8_checkpoint_tensor_count(const bfp8_checkpoint *c);
+void bfp8_checkpoint_close(bfp8_checkpoint *c);
+
+/* How bfp8_weight_load_ex reads NAME_scale_inv. Zero-initialized (or NULL): auto. */
+typedef struct bfp8_weight_load_options {
+    /* false (auto): F8_E8M0 scales are UE8M0, F32 scales are fp32 (never guessed from the values).
+     * true: the scales are `scale_format`. Declared UE8M0, F32 scales must each be a power of two in
+     * [2^-126, 2^127] (else FORMAT, naming the first that is not); declared fp32, F8_E8M0 scales are read as the
+     * fp32 values they stand for. Either way the weight, and so the activations of a linear call, use that format. */
+    bool declare_format;
+    bfp8_scale_format scale_format;
+} bfp8_weight_load_options;
+
+/* Loads DeepSeek naming: NAME (F8_E4M3 [N,K]) + NAME_scale_inv (F32 or F8_E8M0 [ceil(N/128), ceil(K/128)]). */
 bfp8_status bfp8_weight_load(const bfp8_safetensors *f, const char *name, bfp8_weight **out);
+bfp8_status bfp8_weight_load_ex(const bfp8_safetensors *f, const char *name, const bfp8_weight_load_options *options,
+                                bfp8_weight **out);
+/* The same from a checkpoint (NAME and NAME_scale_inv may sit in different shards). */
+bfp8_status bfp8_checkpoint_weight_load(bfp8_checkpoint *c, const char *name, const bfp8_weight_load_options *options,
+                                        bfp8_weight **out);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * CUDA device memory and GPU quantization. Without CUDA (not built, or no device) these return
@@ -437,9 +484,15 @@ bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m,
 /* ---------------------------------------------------------------------------------------------------------------
  * CPU threads (the `cpu` backend and the vectorized quantizers)
  * ------------------------------------------------------------------------------------------------------------- */
-/* n <= 0 restores the default: BFP8_NUM_THREADS, else the number of online cores. */
+/* n <= 0 restores the default: BFP8_NUM_THREADS, else the number of online cores. With n <= 0, a BFP8_NUM_THREADS
+ * that is not an integer in [1, 256] is INVALID_ARGUMENT (the default then is the number of online cores). */
 bfp8_status bfp8_set_num_threads(int n);
 int bfp8_get_num_threads(void);
+
+/* Checks the environment variables the library reads for a value it would ignore: BFP8_NUM_THREADS (an integer in
+ * [1, 256]) and BFP8_CPU_ISA (auto, portable or avx2). Where a value is bad, the library uses its default and stays
+ * silent; this call says so: INVALID_ARGUMENT with the variable, its value and what it takes. */
+bfp8_status bfp8_check_env(void);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -59,10 +59,11 @@ bfp8_status bfp8_shard_plan(int64_t n, int64_t k, bfp8_tp_mode mode, int ranks, 
  * slice's bytes and scale blocks. */
 bfp8_status bfp8_weight_shard(const uint8_t *q, const bfp8_scales *scales, const bfp8_shard *shard,
                               bfp8_weight **out);
-/* Plans the shard from the tensor's shape and loads only its part of NAME + NAME_scale_inv (DeepSeek naming, as
- * bfp8_weight_load) from an open file; *shard_out receives the plan. */
-bfp8_status bfp8_weight_load_shard(const bfp8_safetensors *f, const char *name, bfp8_tp_mode mode, int ranks,
-                                   int rank, unsigned flags, bfp8_shard *shard_out, bfp8_weight **out);
+/* Plans the shard from the tensor's shape and loads only its part of NAME + NAME_scale_inv (DeepSeek naming and
+ * scale formats, as bfp8_weight_load_ex; options may be NULL) from an open file; *shard_out receives the plan. */
+bfp8_status bfp8_weight_load_shard(const bfp8_safetensors *f, const char *name, const bfp8_weight_load_options *options,
+                                   bfp8_tp_mode mode, int ranks, int rank, unsigned flags, bfp8_shard *shard_out,
+                                   bfp8_weight **out);
 
 /* One rank's share of the layer, without communication (what bfp8_tp_linear runs before its collective; also the
  * building block of an in-process simulation):

@@ -68,3 +68,9 @@ bfp8_cpu_isa bfp8_cpu_isa_current(void) {
 const char *bfp8_cpu_isa_name(void) {
     return bfp8_cpu_isa_current() == BFP8_CPU_ISA_AVX2 ? "avx2" : "portable";
 }
+
+bfp8_status bfp8_cpu_check_env(void) {
+    const char *env = getenv("BFP8_CPU_ISA");
+    if (isa_from_name(env) >= 0) return BFP8_OK;
+    return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, "BFP8_CPU_ISA='%.64s' is not auto, portable or avx2", env);
+}

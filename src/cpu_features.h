@@ -22,5 +22,7 @@ const char *bfp8_cpu_isa_name(void);
 /* Test hook, process-wide: "auto" (default), "portable" or "avx2" (BFP8_ERR_UNSUPPORTED where the CPU lacks it).
  * Tests use it to compare the ISAs byte for byte. */
 bfp8_status bfp8_cpu_force_isa(const char *isa);
+/* INVALID_ARGUMENT when BFP8_CPU_ISA is set to a value the ISA choice ignores (part of bfp8_check_env). */
+bfp8_status bfp8_cpu_check_env(void);
 
 #endif

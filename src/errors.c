@@ -3,7 +3,7 @@
 
 #include <stdio.h>
 
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[BFP8_ERROR_MAX];
 
 const char *bfp8_status_name(bfp8_status status) {
     switch (status) {

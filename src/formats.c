@@ -201,6 +201,7 @@ static const name_alias dtype_aliases[] = {
     {"half", BFP8_DTYPE_F16},       {"e4m3", BFP8_DTYPE_E4M3},         {"e4m3fn", BFP8_DTYPE_E4M3},
     {"f8_e4m3", BFP8_DTYPE_E4M3},   {"fp8_e4m3", BFP8_DTYPE_E4M3},     {"float8_e4m3fn", BFP8_DTYPE_E4M3},
     {"fp8", BFP8_DTYPE_E4M3},       {"i32", BFP8_DTYPE_I32},           {"int32", BFP8_DTYPE_I32},
+    {"ue8m0", BFP8_DTYPE_UE8M0},    {"f8_e8m0", BFP8_DTYPE_UE8M0},     {"float8_e8m0fnu", BFP8_DTYPE_UE8M0},
 };
 
 const char *bfp8_dtype_name(bfp8_dtype dtype) {
@@ -210,6 +211,7 @@ const char *bfp8_dtype_name(bfp8_dtype dtype) {
     case BFP8_DTYPE_F16: return "f16";
     case BFP8_DTYPE_E4M3: return "e4m3";
     case BFP8_DTYPE_I32: return "i32";
+    case BFP8_DTYPE_UE8M0: return "ue8m0";
     case BFP8_DTYPE_COUNT: break;
     }
     return "unknown";
@@ -219,7 +221,7 @@ bfp8_status bfp8_dtype_parse(const char *name, bfp8_dtype *out) {
     int v;
     BFP8_CHECK_ARG(name && out, "bfp8_dtype_parse: NULL argument");
     BFP8_CHECK_ARG(lookup_alias(dtype_aliases, sizeof dtype_aliases / sizeof dtype_aliases[0], name, &v),
-                   "unknown dtype '%s' (expected f32, bf16, f16, e4m3 or i32)", name);
+                   "unknown dtype '%s' (expected f32, bf16, f16, e4m3, i32 or ue8m0)", name);
     *out = (bfp8_dtype)v;
     return BFP8_OK;
 }
@@ -231,6 +233,7 @@ size_t bfp8_dtype_size(bfp8_dtype dtype) {
     case BFP8_DTYPE_F16: return 2;
     case BFP8_DTYPE_E4M3: return 1;
     case BFP8_DTYPE_I32: return 4;
+    case BFP8_DTYPE_UE8M0: return 1;
     case BFP8_DTYPE_COUNT: break;
     }
     return 0;

@@ -16,6 +16,9 @@ bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
 #endif
     ;
 
+/* Size of the thread-local error message, room for two paths of PATH_MAX and the reason. */
+#define BFP8_ERROR_MAX (2 * 4096 + 512)
+
 #define BFP8_CHECK_ARG(cond, ...)                                                                                \
     do {                                                                                                         \
         if (!(cond)) return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, __VA_ARGS__);                                  \
@@ -144,6 +147,12 @@ bfp8_scale_layout bfp8_act_layout(uint32_t set);
 typedef void (*bfp8_task_fn)(void *ctx, int64_t task, int thread);
 bfp8_status bfp8_parallel_for(int64_t ntasks, int max_threads, bfp8_task_fn fn, void *ctx);
 
+/* Parses JSON text that must be an object, as strictly as a safetensors header (src/safetensors.c): UTF-8 without
+ * raw control characters or a byte order mark, starting with '{', nesting at most 128 deep, no escaped NUL, no key
+ * twice in any object, nothing but whitespace after it. FORMAT messages start with `what`. *out: cJSON_Delete it. */
+struct cJSON;
+bfp8_status bfp8_json_parse_object(const char *text, size_t len, const char *what, struct cJSON **out);
+
 /* Built-in backends. Each file defines one; CUDA ones register themselves only when a device exists. */
 extern const bfp8_backend bfp8_backend_ref;
 extern const bfp8_backend bfp8_backend_cpu;
@@ -162,9 +171,13 @@ bfp8_status bfp8_cuda_count_nonfinite(const void *x, bfp8_dtype dtype, int64_t n
 bfp8_status bfp8_cuda_malloc_async(void **ptr, size_t bytes, void *stream);
 bfp8_status bfp8_cuda_free_async(void *ptr, void *stream);
 
-/* The tensors of a DeepSeek-format weight in an open file (NAME, NAME_scale_inv), validated: borrowed q [n, k] and
- * a row-major scale descriptor over the file's data. What bfp8_weight_load and the shard loader read from. */
-bfp8_status bfp8_weight_tensors(const bfp8_safetensors *f, const char *name, const uint8_t **q, int64_t *n,
-                               int64_t *k, bfp8_scales *scales);
+/* The validated parts of a DeepSeek-format weight (NAME, NAME_scale_inv; checkpoint.c): q [n, k] borrowed from the
+ * file and a row-major scale descriptor over fp32 values, the file's or, for F8_E8M0 scales, converted into *owned
+ * (the caller frees it; NULL otherwise). What every weight loader reads through, the shard loader included. */
+bfp8_status bfp8_weight_parts(const char *name, const bfp8_tensor *q, const char *scale_name, const bfp8_tensor *s,
+                              const bfp8_weight_load_options *options, int64_t *n, int64_t *k, bfp8_scales *scales,
+                              float **owned);
+bfp8_status bfp8_weight_tensors(const bfp8_safetensors *f, const char *name, const bfp8_weight_load_options *options,
+                               const uint8_t **q, int64_t *n, int64_t *k, bfp8_scales *scales, float **owned);
 
 #endif

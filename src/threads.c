@@ -4,7 +4,9 @@
  * Tasks are claimed from an atomic counter, so which thread runs a task varies from run to run: callers must make
  * every task's result independent of the thread that runs it (the `cpu` backend splits only along M/N). */
 #include "internal.h"
+#include "cpu_features.h" /* bfp8_cpu_check_env */
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -14,13 +16,27 @@
 
 static atomic_int num_threads_setting; /* 0 = not set: use the default */
 
-static int default_num_threads(void) {
+/* BFP8_NUM_THREADS as a thread count: 0 when unset or empty, -1 when it is not an integer in [1, BFP8_MAX_THREADS]. */
+static int env_num_threads(void) {
     const char *env = getenv("BFP8_NUM_THREADS");
-    if (env && *env) {
-        char *end;
-        long v = strtol(env, &end, 10);
-        if (*end == '\0' && v > 0) return v > BFP8_MAX_THREADS ? BFP8_MAX_THREADS : (int)v;
-    }
+    if (!env || !*env) return 0;
+    if (*env < '0' || *env > '9') return -1; /* strtol would take leading blanks and signs */
+    char *end;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    return errno == 0 && *end == '\0' && v >= 1 && v <= BFP8_MAX_THREADS ? (int)v : -1;
+}
+
+static bfp8_status check_env_num_threads(void) {
+    if (env_num_threads() >= 0) return BFP8_OK;
+    return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, "BFP8_NUM_THREADS='%.64s' is not an integer in [1, %d] (unset it for "
+                     "the number of online cores)", getenv("BFP8_NUM_THREADS"), BFP8_MAX_THREADS);
+}
+
+/* A bad BFP8_NUM_THREADS counts as unset here; bfp8_check_env and bfp8_set_num_threads(0) report it. */
+static int default_num_threads(void) {
+    int env = env_num_threads();
+    if (env > 0) return env;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
     return cores > BFP8_MAX_THREADS ? BFP8_MAX_THREADS : (int)cores;
@@ -30,7 +46,12 @@ bfp8_status bfp8_set_num_threads(int n) {
     BFP8_CHECK_ARG(n <= BFP8_MAX_THREADS, "bfp8_set_num_threads: %d threads is above the limit of %d", n,
                    BFP8_MAX_THREADS);
     atomic_store(&num_threads_setting, n > 0 ? n : 0);
-    return BFP8_OK;
+    return n > 0 ? BFP8_OK : check_env_num_threads();
+}
+
+bfp8_status bfp8_check_env(void) {
+    BFP8_TRY(check_env_num_threads());
+    return bfp8_cpu_check_env();
 }
 
 int bfp8_get_num_threads(void) {

@@ -117,17 +117,21 @@ bfp8_status bfp8_weight_shard(const uint8_t *q, const bfp8_scales *scales, const
     return st;
 }
 
-bfp8_status bfp8_weight_load_shard(const bfp8_safetensors *f, const char *name, bfp8_tp_mode mode, int ranks,
-                                   int rank, unsigned flags, bfp8_shard *shard_out, bfp8_weight **out) {
+bfp8_status bfp8_weight_load_shard(const bfp8_safetensors *f, const char *name, const bfp8_weight_load_options *options,
+                                   bfp8_tp_mode mode, int ranks, int rank, unsigned flags, bfp8_shard *shard_out,
+                                   bfp8_weight **out) {
     BFP8_CHECK_ARG(out, "weight_load_shard: out is NULL");
     *out = NULL;
     BFP8_CHECK_ARG(f && name && shard_out, "weight_load_shard: NULL argument");
     const uint8_t *q;
     bfp8_scales scales;
     int64_t n, k;
-    BFP8_TRY(bfp8_weight_tensors(f, name, &q, &n, &k, &scales));
-    BFP8_TRY(bfp8_shard_plan(n, k, mode, ranks, rank, flags, shard_out));
-    return bfp8_weight_shard(q, &scales, shard_out, out);
+    float *owned;
+    BFP8_TRY(bfp8_weight_tensors(f, name, options, &q, &n, &k, &scales, &owned));
+    bfp8_status st = bfp8_shard_plan(n, k, mode, ranks, rank, flags, shard_out);
+    if (st == BFP8_OK) st = bfp8_weight_shard(q, &scales, shard_out, out);
+    free(owned);
+    return st;
 }
 
 /* x [m, slice] into the zeroed [m, lead + slice] buffer `padded` at column `lead` (host or device). */

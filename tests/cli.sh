@@ -1,7 +1,9 @@
 #!/bin/sh
 # End-to-end tests of the blockfp8 CLI: --help everywhere, usage errors (exit 2), runtime errors (exit 1 with
-# "blockfp8 <cmd>: ..."), missing and malformed files (never a crash), quantize -> linear on real files, explain,
-# demo and check. Input files are written by a small python3 script (standard library only).
+# "blockfp8 <cmd>: ..."), missing and malformed files (never a crash), quantize's selection of tensors, quantize ->
+# linear on real files (scale formats, leading dimensions, a two-shard checkpoint with its index, --device), outputs
+# that would destroy an input, modes, long names and temp files on failures and signals, explain, demo and check.
+# Input files are written by small python3 scripts (standard library only).
 # Usage: sh tests/cli.sh BUILD_DIR     Closing line: "cli: N passed, N failed"; exit 1 on any failure.
 set -u
 build=${1:-build}
@@ -98,6 +100,35 @@ write("shape_mismatch.safetensors", {}, raw_header=json.dumps(
 write("bad_dtype.safetensors", {}, raw_header=json.dumps(
     {"t": {"dtype": "Q4_WHAT", "shape": [2, 2], "data_offsets": [0, 16]}}).encode(), tail=b"\0" * 16)
 write("truncated_data.safetensors", {"t": ("F32", [4, 4], f32([1.0] * 16)[:40])})
+# Strictness the Hugging Face reader has: a gap in the data section, a BOM, a key twice in the metadata.
+write("gap.safetensors", {}, raw_header=json.dumps(
+    {"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}).encode(), tail=b"\0" * 8)
+write("bom.safetensors", {}, raw_header=b"\xef\xbb\xbf{}")
+write("dup_metadata.safetensors", {}, raw_header=b'{"__metadata__": {"k": "a", "k": "b"}}')
+# The same activations in other shapes: [1, M, K] is x_3d above; [K] one row; [2, 2, K] (rows 0..3 of x2d4).
+write("shapes.safetensors", {
+    "row": ("BF16", [K], bf16(x[:K])),
+    "x4": ("BF16", [4, K], bf16(x[:K] * 4)),
+    "x224": ("BF16", [2, 2, K], bf16(x[:K] * 4)),
+    "scalar": ("F32", [], f32([1.0])),
+})
+# A DeepSeek-like file: what quantize converts by default and what it keeps.
+def fp8_codes(n): return bytes(rnd.randrange(0x7E) for _ in range(n))
+g = lambda n: [rnd.gauss(0, 1) for _ in range(n)]
+write("deepseek.safetensors", {
+    "model.embed_tokens.weight": ("BF16", [N, K], bf16(g(N * K))),
+    "model.layers.0.mlp.gate.weight": ("BF16", [N, K], bf16(g(N * K))),
+    "model.layers.0.mlp.gate_proj.weight": ("BF16", [N, K], bf16(g(N * K))),
+    "model.layers.0.mlp.experts.0.up_proj.weight": ("F32", [N, K], f32(g(N * K))),
+    "model.layers.0.mlp.down_proj.weight": ("F8_E4M3", [N, K], fp8_codes(N * K)),
+    "model.layers.0.mlp.down_proj.weight_scale_inv": ("F32", [2, 3], f32([0.01] * 6)),
+    "model.layers.0.input_layernorm.weight": ("BF16", [K], bf16(g(K))),
+    "model.layers.0.self_attn.kv_a_layernorm.weight": ("BF16", [1, K], bf16(g(K))),
+    "model.norm.weight": ("BF16", [K], bf16(g(K))),
+    "lm_head.weight": ("BF16", [N, K], bf16(g(N * K))),
+    "model.layers.61.shared_head.head.weight": ("BF16", [N, K], bf16(g(N * K))),
+    "hidden": ("F32", [2, K], f32(g(2 * K))),
+})
 EOF
 
 # Prints "name dtype shape" for every tensor of a file (independent of the library).
@@ -167,7 +198,7 @@ expect 1 "$cli" linear --weights "$tmp/nope.safetensors" --weight w --in "$tmp/i
     --out "$tmp/y.safetensors"
 has err "blockfp8 linear: "
 for bad in empty short header_past_eof huge_header not_json array offsets_out_of_range reversed_offsets \
-    shape_mismatch bad_dtype truncated_data; do
+    shape_mismatch bad_dtype truncated_data gap bom dup_metadata; do
     expect 1 "$cli" quantize --kind act --in "$tmp/$bad.safetensors" --out "$tmp/o.safetensors"
     has err "blockfp8 quantize: $tmp/$bad.safetensors: "
     expect 1 "$cli" linear --weights "$tmp/$bad.safetensors" --weight t --in "$tmp/input.safetensors" --input x \
@@ -178,10 +209,10 @@ done
 
 # --- quantize ----------------------------------------------------------------------------------------------------
 expect 1 "$cli" quantize --kind weight --in "$tmp/model.safetensors" --out "$tmp/model.safetensors"
-has err "refusing to overwrite the input"
+has err "refusing to write $tmp/model.safetensors: it is an input file"
 ln -s "$tmp/model.safetensors" "$tmp/link.safetensors"
 expect 1 "$cli" quantize --kind weight --in "$tmp/model.safetensors" --out "$tmp/link.safetensors"
-has err "refusing to overwrite the input"
+has err "refusing to write $tmp/link.safetensors: it is the input file $tmp/model.safetensors"
 expect 1 "$cli" quantize --kind weight --in "$tmp/model.safetensors" --out "$tmp/q.safetensors" --tensor nope
 has err "no tensor named 'nope'"
 expect 1 "$cli" quantize --kind weight --in "$tmp/model.safetensors" --out "$tmp/q.safetensors" --tensor bias
@@ -232,8 +263,6 @@ has err "no bias tensor 'missing_bias'"
 expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/input.safetensors" --input x_narrow \
     --out "$tmp/y.safetensors"
 has err "K=299"
-expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/input.safetensors" --input x_3d \
-    --out "$tmp/y.safetensors"
 expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight nope --in "$tmp/input.safetensors" --input x \
     --out "$tmp/y.safetensors"
 has err "blockfp8 linear: nope"
@@ -253,6 +282,302 @@ expect 0 env BFP8_LOG=dispatch "$cli" linear --weights "$tmp/wq.safetensors" --w
 expect 1 env BFP8_BACKEND=no_such_backend "$cli" linear --weights "$tmp/wq.safetensors" --weight w \
     --in "$tmp/input.safetensors" --input x --out "$tmp/y.safetensors"
 has err "BFP8_BACKEND"
+
+# --- quantize: what a default run converts and keeps --------------------------------------------------------------
+expect 0 "$cli" quantize --kind weight --in "$tmp/deepseek.safetensors" --out "$tmp/dq.safetensors"
+has err "converted 2 of 12 tensor(s)"
+has err "2 converted: model.layers.0.mlp.gate_proj.weight, model.layers.0.mlp.experts.0.up_proj.weight"
+has err "1 an embedding (*embed*), which DeepSeek keeps in bf16: model.embed_tokens.weight"
+has err "1 the MoE router (*.gate.weight, *router*), which DeepSeek keeps in bf16: model.layers.0.mlp.gate.weight"
+has err "1 a scale tensor (*_scale_inv, *_scale): model.layers.0.mlp.down_proj.weight_scale_inv"
+has err "1 not f32, bf16 or f16 (already FP8, integers or scale exponents): model.layers.0.mlp.down_proj.weight"
+has err "2 the output head (lm_head, *shared_head.head*), which DeepSeek keeps in bf16: lm_head.weight, model.layers.61.shared_head.head.weight"
+has err "1 a norm (*norm*): model.layers.0.self_attn.kv_a_layernorm.weight"
+has err "2 not 2-D (norms, biases, higher-rank tensors)"
+has err "1 not named *.weight: hidden"
+tensors "$tmp/dq.safetensors" >"$tmp/out"
+has out "model.layers.0.mlp.gate_proj.weight F8_E4M3 130,300"
+has out "model.layers.0.mlp.gate_proj.weight_scale_inv F32 2,3"
+has out "model.layers.0.mlp.experts.0.up_proj.weight F8_E4M3 130,300"
+has out "model.embed_tokens.weight BF16 130,300"
+has out "model.layers.0.mlp.gate.weight BF16 130,300"
+has out "model.layers.0.mlp.down_proj.weight_scale_inv F32 2,3"
+has out "lm_head.weight BF16 130,300"
+has out "model.layers.61.shared_head.head.weight BF16 130,300"
+has out "model.layers.0.self_attn.kv_a_layernorm.weight BF16 1,300"
+has out "hidden F32 2,300"
+lacks out "scale_inv_scale_inv"
+lacks out "gate.weight_scale_inv"
+# --skip (repeatable globs), --tensor (every repeat honoured), and the two contradicting each other.
+expect 0 "$cli" quantize --kind weight --in "$tmp/deepseek.safetensors" --out "$tmp/dq.safetensors" \
+    --skip '*.experts.*' --skip 'model.layers.0.mlp.gate_proj*'
+has err "converted 0 of 12"
+has err "2 matched by --skip: model.layers.0.mlp.gate_proj.weight, model.layers.0.mlp.experts.0.up_proj.weight"
+has err "warning: nothing in"
+expect 0 "$cli" quantize --kind weight --in "$tmp/deepseek.safetensors" --out "$tmp/dq.safetensors" \
+    --tensor model.embed_tokens.weight --tensor hidden --tensor hidden
+has err "converted 2 of 12"
+has err "10 not listed by --tensor"
+tensors "$tmp/dq.safetensors" >"$tmp/out"
+has out "model.embed_tokens.weight F8_E4M3 130,300"
+has out "hidden F8_E4M3 2,300"
+has out "hidden_scale_inv F32 1,3"
+has out "model.layers.0.mlp.gate_proj.weight BF16 130,300"
+expect 2 "$cli" quantize --kind weight --in "$tmp/deepseek.safetensors" --out "$tmp/dq.safetensors" \
+    --tensor hidden --skip 'hid*'
+has err "--tensor 'hidden' is also matched by --skip 'hid*'"
+expect 2 "$cli" quantize --kind weight --in "$tmp/deepseek.safetensors" --out "$tmp/dq.safetensors" --skip
+# --kind act never re-quantizes a scale tensor either.
+expect 0 "$cli" quantize --kind act --in "$tmp/deepseek.safetensors" --out "$tmp/dq.safetensors"
+has err "1 a scale tensor (*_scale_inv, *_scale): model.layers.0.mlp.down_proj.weight_scale_inv"
+tensors "$tmp/dq.safetensors" >"$tmp/out"
+has out "model.layers.0.mlp.down_proj.weight_scale_inv F32 2,3"
+lacks out "weight_scale_inv_scale"
+
+# --- linear: inputs of any leading dimensions --------------------------------------------------------------------
+expect 0 lin --input x_3d
+has out "y bf16 [1, 3, 130]"
+tensors "$tmp/y.safetensors" >"$tmp/out"
+has out "y BF16 1,3,130"
+for shape in x4:4,130 x224:2,2,130 row:130; do
+    expect 0 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/shapes.safetensors" \
+        --input "${shape%%:*}" --out "$tmp/y_${shape%%:*}.safetensors" --backend ref --strict
+    tensors "$tmp/y_${shape%%:*}.safetensors" >"$tmp/out"
+    has out "y BF16 ${shape##*:}"
+done
+# The same rows give the same bytes whatever the leading dimensions (row 0 repeated in x4 and x224).
+data_of() { python3 -c 'import struct,sys; r=open(sys.argv[1],"rb").read(); n=struct.unpack("<Q",r[:8])[0]; sys.stdout.buffer.write(r[8+n:])' "$1"; }
+data_of "$tmp/y_x4.safetensors" >"$tmp/d_x4"
+data_of "$tmp/y_x224.safetensors" >"$tmp/d_x224"
+data_of "$tmp/y_row.safetensors" >"$tmp/d_row"
+cmp -s "$tmp/d_x4" "$tmp/d_x224" && pass || fail "y of [2, 2, K] differs from y of [4, K]"
+head -c 260 "$tmp/d_x4" | cmp -s - "$tmp/d_row" && pass || fail "y of [K] differs from row 0 of y of [4, K]"
+expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/shapes.safetensors" --input scalar \
+    --out "$tmp/y.safetensors"
+has err "want f32, bf16 or f16 [..., K]"
+
+# --- linear: --scale-format and the UE8M0 pipeline ---------------------------------------------------------------
+expect 0 "$cli" quantize --kind weight --in "$tmp/model.safetensors" --out "$tmp/wq8.safetensors" --tensor w \
+    --scale-format ue8m0
+lin8() {
+    "$cli" linear --weights "$tmp/wq8.safetensors" --weight w --in "$tmp/input.safetensors" --input x \
+        --out "$tmp/y8.safetensors" "$@"
+}
+expect 0 lin8 --scale-format ue8m0
+has out "ue8m0 scales"
+data_of "$tmp/y8.safetensors" >"$tmp/d_ue8m0"
+expect 0 lin8
+has out "fp32 scales"
+expect 0 lin8 --scale-format fp32
+has out "fp32 scales"
+data_of "$tmp/y8.safetensors" >"$tmp/d_fp32"
+cmp -s "$tmp/d_ue8m0" "$tmp/d_fp32" && fail "declared ue8m0 gave the bytes of the fp32 pipeline" || pass
+expect 1 lin --scale-format ue8m0
+has err "is declared UE8M0, but [0, 0]"
+expect 2 lin --scale-format fp8
+has err "bad --scale-format 'fp8'"
+# The same scales as F8_E8M0 exponents are UE8M0 without a declaration, and give the same bytes.
+python3 - "$tmp/wq8.safetensors" "$tmp/wq8e.safetensors" <<'EOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+header, data = json.loads(raw[8 : 8 + n]), raw[8 + n :]
+out, blobs, off = {}, [], 0
+for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    b, e = info["data_offsets"]
+    blob, dtype = data[b:e], info["dtype"]
+    if name.endswith("_scale_inv"):
+        blob, dtype = bytes((v >> 23) & 0xFF for v in struct.unpack("<%dI" % (len(blob) // 4), blob)), "F8_E8M0"
+    out[name] = {"dtype": dtype, "shape": info["shape"], "data_offsets": [off, off + len(blob)]}
+    blobs.append(blob)
+    off += len(blob)
+text = json.dumps(out).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+EOF
+expect 0 "$cli" linear --weights "$tmp/wq8e.safetensors" --weight w --in "$tmp/input.safetensors" --input x \
+    --out "$tmp/y8.safetensors"
+has out "ue8m0 scales"
+data_of "$tmp/y8.safetensors" | cmp -s - "$tmp/d_ue8m0" && pass || fail "F8_E8M0 scales differ from declared ue8m0"
+
+# --- linear: --device ----------------------------------------------------------------------------------------------
+expect 2 lin --device tpu
+has err "bad --device 'tpu'"
+if "$cli" explain --m 1 --n 128 --k 128 --device cuda >/dev/null 2>&1; then
+    expect 0 lin --device cuda --bias bias
+    has out "(on cuda,"
+    data_of "$tmp/y.safetensors" >"$tmp/d_cuda"
+    expect 0 lin --device cpu --bias bias
+    has out "(on cpu,"
+    python3 - "$tmp/d_cuda" "$tmp/y.safetensors" <<'EOF' && pass || fail "linear on cuda differs from cpu"
+import math, struct, sys
+def bf16(b): return [struct.unpack("<f", b"\0\0" + b[i:i + 2])[0] for i in range(0, len(b), 2)]
+a = bf16(open(sys.argv[1], "rb").read())
+raw = open(sys.argv[2], "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+c = bf16(raw[8 + n:])
+num = sum((x - y) ** 2 for x, y in zip(a, c))
+den = sum(y * y for y in c)
+sys.exit(0 if len(a) == len(c) and math.sqrt(num / den) <= 8e-3 else 1)
+EOF
+    expect 0 lin
+    has out "(on cuda,"
+else
+    expect 1 lin --device cuda
+    has err "--device cuda: "
+    expect 0 lin
+    has out "(on cpu,"
+fi
+expect 0 lin --backend ref
+has out "(on cpu,"
+
+# --- linear: a sharded checkpoint through its index --------------------------------------------------------------
+mkdir "$tmp/ckpt"
+python3 - "$tmp/wq.safetensors" "$tmp/model.safetensors" "$tmp/ckpt" <<'EOF'
+import json, struct, sys
+def read(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, data = json.loads(raw[8 : 8 + n]), raw[8 + n :]
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0] : v["data_offsets"][1]]) for k, v in header.items()}
+def write(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, (dtype, shape, blob) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    text = json.dumps(header).encode()
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+q, m = read(sys.argv[1]), read(sys.argv[2])
+d = sys.argv[3]
+# The weight in the first shard, its scales and the bias in the second.
+write(d + "/model-00001-of-00002.safetensors", {"w": q["w"], "ids": q["ids"]})
+write(d + "/model-00002-of-00002.safetensors", {"w_scale_inv": q["w_scale_inv"], "bias": m["bias"]})
+index = {"metadata": {"total_size": 0}, "weight_map": {"w": "model-00001-of-00002.safetensors",
+         "ids": "model-00001-of-00002.safetensors", "w_scale_inv": "model-00002-of-00002.safetensors",
+         "bias": "model-00002-of-00002.safetensors"}}
+open(d + "/model.safetensors.index.json", "w").write(json.dumps(index, indent=2))
+EOF
+expect 0 lin --bias bias --backend cpu --strict
+data_of "$tmp/y.safetensors" >"$tmp/d_single"
+for weights in "$tmp/ckpt/model.safetensors.index.json" "$tmp/ckpt"; do
+    expect 0 "$cli" linear --weights "$weights" --weight w --in "$tmp/input.safetensors" --input x \
+        --out "$tmp/y_sharded.safetensors" --bias bias --backend cpu --strict
+    data_of "$tmp/y_sharded.safetensors" | cmp -s - "$tmp/d_single" && pass || fail "sharded y differs ($weights)"
+done
+expect 1 "$cli" linear --weights "$tmp/ckpt/model-00001-of-00002.safetensors" --weight w \
+    --in "$tmp/input.safetensors" --input x --out "$tmp/y.safetensors"
+has err "no tensor 'w_scale_inv'"
+printf '{"weight_map": {"w": "../model.safetensors"}}' >"$tmp/ckpt/evil.index.json"
+expect 1 "$cli" linear --weights "$tmp/ckpt/evil.index.json" --weight w --in "$tmp/input.safetensors" --input x \
+    --out "$tmp/y.safetensors"
+has err "not a relative file name"
+printf '{"weight_map": {"w": "gone.safetensors"}}' >"$tmp/ckpt/gone.index.json"
+expect 1 "$cli" linear --weights "$tmp/ckpt/gone.index.json" --weight w --in "$tmp/input.safetensors" --input x \
+    --out "$tmp/y.safetensors"
+has err "gone.safetensors: No such file"
+
+# --- no output may destroy an input ------------------------------------------------------------------------------
+cp "$tmp/input.safetensors" "$tmp/input.orig"
+cp "$tmp/wq.safetensors" "$tmp/wq.orig"
+cp "$tmp/ckpt/model-00002-of-00002.safetensors" "$tmp/shard2.orig"
+cp "$tmp/ckpt/model.safetensors.index.json" "$tmp/index.orig"
+ln "$tmp/input.safetensors" "$tmp/hardlink.safetensors"
+ln -s "$tmp/wq.safetensors" "$tmp/wlink.safetensors"
+for out in "$tmp/input.safetensors" "$tmp/wq.safetensors" "$tmp/hardlink.safetensors" "$tmp/wlink.safetensors" \
+    "$tmp/./input.safetensors" "$tmp/ckpt/../wq.safetensors"; do
+    expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/input.safetensors" --input x \
+        --out "$out"
+    has err "refusing to write $out"
+done
+for out in "$tmp/ckpt/model-00002-of-00002.safetensors" "$tmp/ckpt/model.safetensors.index.json"; do
+    expect 1 "$cli" linear --weights "$tmp/ckpt" --weight w --in "$tmp/input.safetensors" --input x --out "$out"
+    has err "refusing to write $out"
+done
+abs_cli=$(cd "$(dirname "$cli")" && pwd)/blockfp8
+(cd "$tmp" && "$abs_cli" linear --weights wq.safetensors --weight w --in "$tmp/input.safetensors" --input x \
+    --out input.safetensors >"$tmp/out" 2>"$tmp/err") && fail "a relative output naming the input was written" || pass
+has err "refusing to write input.safetensors: it is the input file"
+expect 1 "$cli" quantize --kind act --in "$tmp/input.safetensors" --out "$tmp/hardlink.safetensors"
+has err "refusing to write"
+cmp -s "$tmp/input.safetensors" "$tmp/input.orig" && cmp -s "$tmp/wq.safetensors" "$tmp/wq.orig" &&
+    cmp -s "$tmp/ckpt/model-00002-of-00002.safetensors" "$tmp/shard2.orig" &&
+    cmp -s "$tmp/ckpt/model.safetensors.index.json" "$tmp/index.orig" && pass || fail "an input file changed"
+[ -L "$tmp/wlink.safetensors" ] && pass || fail "the symlink to an input was replaced"
+
+# --- writes: modes kept, long names, temp files removed on failure and on signals ------------------------------
+expect 0 lin
+chmod 600 "$tmp/y.safetensors"
+expect 0 lin
+[ "$(stat -c %a "$tmp/y.safetensors")" = 600 ] && pass || fail "overwriting a 0600 file left $(stat -c %a "$tmp/y.safetensors")"
+name255=$(python3 -c 'print("y" * 243 + ".safetensors")')
+expect 0 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/input.safetensors" --input x \
+    --out "$tmp/$name255"
+[ -f "$tmp/$name255" ] && pass || fail "no file with a 255-byte name"
+rm -f "$tmp/$name255"
+name256=$(python3 -c 'print("y" * 244 + ".safetensors")')
+expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/input.safetensors" --input x \
+    --out "$tmp/$name256"
+has err "$tmp/$name256: rename failed: File name too long"
+mkdir "$tmp/outdir"
+expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/input.safetensors" --input x \
+    --out "$tmp/outdir"
+has err "it is a directory"
+if [ "$(id -u)" != 0 ]; then
+    mkdir "$tmp/ro" && chmod 500 "$tmp/ro"
+    expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/input.safetensors" --input x \
+        --out "$tmp/ro/y.safetensors"
+    has err "cannot create a temp file in $tmp/ro"
+    chmod 700 "$tmp/ro"
+fi
+# A signal while the output is being written removes the temp file and ends the process by that signal.
+signal_test() {
+    python3 - "$cli" "$tmp" "$1" <<'EOF'
+import glob, os, signal, subprocess, sys, time
+cli, tmp, name = sys.argv[1], sys.argv[2], sys.argv[3]
+sig = getattr(signal, name)
+out_dir = os.path.join(tmp, "sig_" + name)
+os.makedirs(out_dir)
+env = dict(os.environ, BFP8_CLI_TEST_WRITE_DELAY_MS="30000")
+proc = subprocess.Popen([cli, "quantize", "--kind", "act", "--in", os.path.join(tmp, "input.safetensors"),
+                         "--out", os.path.join(out_dir, "q.safetensors")], env=env, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
+deadline = time.time() + 30
+while time.time() < deadline and not glob.glob(os.path.join(out_dir, ".bfp8.tmp.*")) and proc.poll() is None:
+    time.sleep(0.01)
+seen = glob.glob(os.path.join(out_dir, ".bfp8.tmp.*"))
+proc.send_signal(sig)
+rc = proc.wait(timeout=30)
+left = os.listdir(out_dir)
+if not (seen and rc == -sig and not left):
+    print(f"{name}: temp file seen {seen}, exit {rc}, left {left}")
+    sys.exit(1)
+EOF
+}
+for sig in SIGINT SIGTERM SIGHUP; do
+    expect 0 signal_test "$sig"
+done
+leftover=$(find "$tmp" -name '.bfp8.tmp.*' | head -3)
+[ -z "$leftover" ] && pass || fail "temp files left behind: $leftover"
+
+# --- smaller slips ---------------------------------------------------------------------------------------------
+expect 0 "$cli" check --help
+has out "N % 128 = 64"
+lacks out "%%"
+expect 1 "$cli" explain --m 1 --n 1 --k 1 --device cuda --arch 10
+lacks err "explain: explain:"
+has err "blockfp8 explain: the dispatcher: unsupported"
+if ! "$cli" explain --m 1 --n 128 --k 128 --device cuda >/dev/null 2>&1; then
+    expect 1 "$cli" explain --m 1 --n 128 --k 128 --device cuda
+    has err "no CUDA device here"
+    lacks out "sm_0"
+fi
+expect 1 env BFP8_NUM_THREADS=abc "$cli" demo --m 1 --n 128 --k 128
+has err "BFP8_NUM_THREADS='abc' is not an integer in [1, 256]"
+expect 1 env BFP8_CPU_ISA=bogus "$cli" quantize --kind act --in "$tmp/input.safetensors" --out "$tmp/xq.safetensors"
+has err "BFP8_CPU_ISA='bogus' is not auto, portable or avx2"
+expect 0 env BFP8_NUM_THREADS=abc "$cli" demo --help
+expect 0 env BFP8_NUM_THREADS=1 BFP8_CPU_ISA=portable "$cli" explain --m 1 --n 128 --k 128
 
 # --- explain -----------------------------------------------------------------------------------------------------
 expect 0 "$cli" explain --m 16 --n 2112 --k 7168

@@ -146,7 +146,9 @@ def crosscheck_quantize(cli, tmp, rng, tally):
                 src, dst = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
                 extra_1d = rng.standard_normal(5).astype(np.float32)
                 extra_i32 = rng.integers(-1000, 1000, size=(2, 3)).astype(np.int32)
-                st_write(src, {"x": (dtype, stored), "bias": ("F32", extra_1d), "ids": ("I32", extra_i32)})
+                # Weights are quantized by default only when named like a linear layer's weight.
+                tname = "x" if kind == "act" else "layer.weight"
+                st_write(src, {tname: (dtype, stored), "bias": ("F32", extra_1d), "ids": ("I32", extra_i32)})
                 what = f"quantize --kind {kind} {dtype} [{rows},{k}] {scale_format}"
                 ok, proc = run([cli, "quantize", "--kind", kind, "--in", src, "--out", dst,
                                 "--scale-format", scale_format])
@@ -155,13 +157,13 @@ def crosscheck_quantize(cli, tmp, rng, tally):
                 got = st_read(dst)
                 rows_per_block = 1 if kind == "act" else BLOCK
                 want_q, want_s, nonfinite = quantize(stored.astype(np.float32), rows_per_block, scale_format == "ue8m0")
-                scale_name = "x_scale" if kind == "act" else "x_scale_inv"
-                tally.check(set(got) == {"x", scale_name, "bias", "ids"}, f"{what}: tensors {sorted(got)}")
-                if "x" not in got or scale_name not in got:
+                scale_name = tname + ("_scale" if kind == "act" else "_scale_inv")
+                tally.check(set(got) == {tname, scale_name, "bias", "ids"}, f"{what}: tensors {sorted(got)}")
+                if tname not in got or scale_name not in got:
                     continue
-                q_dtype, q = got["x"]
+                q_dtype, q = got[tname]
                 s_dtype, s = got[scale_name]
-                tally.check(q_dtype == "F8_E4M3" and q.shape == (rows, k), f"{what}: x is {q_dtype} {q.shape}")
+                tally.check(q_dtype == "F8_E4M3" and q.shape == (rows, k), f"{what}: {tname} is {q_dtype} {q.shape}")
                 tally.check(s_dtype == "F32" and s.shape == want_s.shape,
                             f"{what}: {scale_name} is {s_dtype} {s.shape}, want F32 {want_s.shape}")
                 if q.shape == want_q.shape:
@@ -227,6 +229,49 @@ def crosscheck_linear(cli, tmp, rng, tally):
         print(f"  {what}: rel err vs float64 block GEMM {rel:.2e}, calc_diff vs unquantized {diff:.2e}")
 
 
+def crosscheck_ue8m0_pipeline(cli, tmp, rng, tally):
+    """quantize --scale-format ue8m0, then linear --scale-format ue8m0: the activations are quantized with UE8M0
+    scales too (the true UE8M0 pipeline), on inputs with leading dimensions [2, 3, K] -> y [2, 3, N]."""
+    n, k = 2112, 384
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    x = rng.standard_normal((2, 3, k)).astype(ml_dtypes.bfloat16)
+    src, wq, xpath, ypath = (os.path.join(tmp, f) for f in ("w32.safetensors", "w8.safetensors", "x3.safetensors",
+                                                            "y3.safetensors"))
+    st_write(src, {"model.layers.0.mlp.down_proj.weight": ("F32", w)})
+    st_write(xpath, {"hidden": ("BF16", x)})
+    ok, proc = run([cli, "quantize", "--kind", "weight", "--in", src, "--out", wq, "--scale-format", "ue8m0"])
+    if not tally.check(ok, f"ue8m0 quantize: rc {proc.returncode}: {proc.stderr.strip()}"):
+        return
+    got_w = st_read(wq)
+    qw = got_w["model.layers.0.mlp.down_proj.weight"][1].view(np.uint8)
+    sw = got_w["model.layers.0.mlp.down_proj.weight_scale_inv"][1]
+    x2 = x.astype(np.float32).reshape(6, k)
+    exact = x2.astype(np.float64) @ w.astype(np.float64).T
+    for fmt in ("ue8m0", "fp32"):
+        what = f"linear --scale-format {fmt} on UE8M0-quantized weights, x [2, 3, {k}]"
+        ok, proc = run([cli, "linear", "--weights", wq, "--weight", "model.layers.0.mlp.down_proj.weight", "--in",
+                        xpath, "--input", "hidden", "--out", ypath, "--out-dtype", "fp32", "--scale-format", fmt])
+        if not tally.check(ok, f"{what}: rc {proc.returncode}: {proc.stderr.strip()}"):
+            continue
+        got = st_read(ypath)
+        if not tally.check(set(got) == {"y"} and got["y"][1].shape == (2, 3, n), f"{what}: y {got.get('y', (0, 0))[1]}"):
+            continue
+        y = got["y"][1].astype(np.float64).reshape(6, n)
+        # The activations take the declared format: with ue8m0, power-of-two scales per 1x128 group.
+        qx, sx, _ = quantize(x2, 1, fmt == "ue8m0")
+        want = block_gemm(qx, sx, qw, sw, None)
+        other_q, other_s, _ = quantize(x2, 1, fmt != "ue8m0")
+        other = block_gemm(other_q, other_s, qw, sw, None)
+        rel = np.linalg.norm(y - want) / np.linalg.norm(want)
+        rel_other = np.linalg.norm(y - other) / np.linalg.norm(other)
+        tally.check(rel <= TOLERANCE_CPU["F32"], f"{what}: rel err vs the {fmt} pipeline {rel:.3e}")
+        tally.check(rel_other > 100 * TOLERANCE_CPU["F32"],
+                    f"{what}: also matches the other pipeline ({rel_other:.3e}): the format did not take effect")
+        diff = calc_diff(y, exact)
+        tally.check(diff < CALC_DIFF_LIMIT, f"{what}: calc_diff vs the unquantized product {diff:.3e}")
+        print(f"  {what}: rel err vs the {fmt} pipeline {rel:.2e}, vs the other {rel_other:.2e}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default="build", help="build directory holding the blockfp8 binary")
@@ -243,6 +288,7 @@ def main():
         with tempfile.TemporaryDirectory(prefix="bfp8-crosscheck-") as tmp:
             crosscheck_quantize(cli, tmp, rng, tally)
             crosscheck_linear(cli, tmp, rng, tally)
+            crosscheck_ue8m0_pipeline(cli, tmp, rng, tally)
     print(f"crosscheck_cli: {tally.passed} passed, {tally.failed} failed")
     return 1 if tally.failed else 0
 

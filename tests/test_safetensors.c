@@ -3,7 +3,11 @@
 #include "check.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -153,7 +157,7 @@ static void test_malformed_entries(void) {
     expect_format("missing shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "has no \"shape\"");
     expect_format("missing data_offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "has no \"data_offsets\"");
     expect_format("dtype twice", "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-                  4, "\"dtype\" twice");
+                  4, "key 'dtype' appears twice in \"a\"");
     expect_format("dtype not a string", "{\"a\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
                   "\"dtype\" is not a string");
     expect_format("shape not an array", "{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4,
@@ -244,15 +248,15 @@ static void test_malformed_offsets(void) {
 static void test_malformed_names(void) {
     expect_format("duplicate names", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                                     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
-                  "duplicate tensor name 'a'");
+                  "key 'a' appears twice at the top level");
     expect_format("duplicate names after others", "{\"b\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
                                                  "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                                                  "\"c\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
                                                  "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
-                  "duplicate tensor name 'b'");
-    expect_format("escaped NUL makes a duplicate", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                                                  "\"a\\u0000z\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                  8, "duplicate");
+                  "key 'b' appears twice at the top level");
+    expect_format("escaped NUL in a name", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                          "\"a\\u0000z\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                  8, "escaped NUL");
     expect_format("empty name", "{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "empty name");
     char header[1300], name[1100];
     memset(name, 'n', 1025);
@@ -267,7 +271,8 @@ static void test_malformed_names(void) {
 
     expect_format("metadata not an object", "{\"__metadata__\":[]}", 0, "\"__metadata__\" is not an object");
     expect_format("metadata value not a string", "{\"__metadata__\":{\"format\":1}}", 0, "value of 'format'");
-    expect_format("metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "appears twice");
+    expect_format("metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", 0,
+                  "key '__metadata__' appears twice at the top level");
 }
 
 /* Valid files that exercise the permissive corners of the format. */
@@ -276,30 +281,32 @@ static void test_valid_corners(void) {
     if (f) CHECK(bfp8_safetensors_count(f) == 0 && bfp8_safetensors_at(f, 0) == NULL, "empty: count");
     bfp8_safetensors_close(f);
 
-    /* Metadata, unknown keys, whitespace padding, a gap, an empty tensor inside another's range, a scalar, a
-     * zero-element tensor, and misaligned data (the header length makes the data section start at 8 + 237). */
+    /* Metadata, unknown keys, whitespace padding, a scalar, a zero-element tensor on a boundary, tensors out of
+     * offset order, offsets that are not multiples of the element size, and a misaligned data section (it starts at
+     * 8 + the header's length). */
     const char *header = "{\"__metadata__\":{\"format\":\"pt\"},"
-                         "\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[1,5],\"extra\":[1]},"
+                         "\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[3,7],\"extra\":[1]},"
                          "\"z\":{\"dtype\":\"BF16\",\"shape\":[3,0],\"data_offsets\":[7,7]},"
-                         "\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[9,13]},"
-                         "\"i\":{\"dtype\":\"I32\",\"shape\":[1,1],\"data_offsets\":[16,20]}}  \n";
+                         "\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[7,11]},"
+                         "\"e\":{\"dtype\":\"F8_E4M3\",\"shape\":[3],\"data_offsets\":[0,3]},"
+                         "\"i\":{\"dtype\":\"I32\",\"shape\":[1,1],\"data_offsets\":[11,15]}}  \n";
     size_t size;
-    unsigned char *buf = make_file(strlen(header), header, 20, &size);
+    unsigned char *buf = make_file(strlen(header), header, 15, &size);
     size_t data_start = 8 + strlen(header);
     CHECK(data_start % 4 != 0, "test setup: data section should be misaligned (%zu)", data_start);
     float s_expect;
     uint16_t h_expect[2];
     int32_t i_expect;
-    memcpy(&s_expect, buf + data_start + 1, 4);
-    memcpy(h_expect, buf + data_start + 9, 4);
-    memcpy(&i_expect, buf + data_start + 16, 4);
+    memcpy(&s_expect, buf + data_start + 3, 4);
+    memcpy(h_expect, buf + data_start + 7, 4);
+    memcpy(&i_expect, buf + data_start + 11, 4);
     f = NULL;
     CHECK_OK(bfp8_safetensors_parse(buf, size, &f));
     free(buf); /* parse copies */
     if (f) {
-        CHECK(bfp8_safetensors_count(f) == 4, "count %zu", bfp8_safetensors_count(f));
-        const char *order[] = {"s", "z", "h", "i"};
-        for (size_t k = 0; k < 4; k++) {
+        CHECK(bfp8_safetensors_count(f) == 5, "count %zu", bfp8_safetensors_count(f));
+        const char *order[] = {"s", "z", "h", "e", "i"};
+        for (size_t k = 0; k < 5; k++) {
             const bfp8_tensor *t = bfp8_safetensors_at(f, k);
             CHECK(t && strcmp(t->name, order[k]) == 0, "order %zu: %s", k, t ? t->name : "(null)");
             CHECK(t && t->data != NULL && (uintptr_t)t->data % bfp8_dtype_size(t->dtype) == 0,
@@ -376,8 +383,9 @@ static void check_round_trip(const char *label, const bfp8_tensor *tensors, size
 }
 
 static void test_round_trip_dtypes(void) {
-    const bfp8_dtype dtypes[] = {BFP8_DTYPE_E4M3, BFP8_DTYPE_BF16, BFP8_DTYPE_F16, BFP8_DTYPE_F32, BFP8_DTYPE_I32};
-    enum { N = 5 };
+    const bfp8_dtype dtypes[] = {BFP8_DTYPE_E4M3, BFP8_DTYPE_BF16, BFP8_DTYPE_F16, BFP8_DTYPE_F32, BFP8_DTYPE_I32,
+                                 BFP8_DTYPE_UE8M0};
+    enum { N = 6 };
     /* An E4M3 tensor of odd byte count first, so later tensors start at offsets that are not multiples of 4 unless
      * the writer's offsets are honoured exactly; every dtype twice with different ranks. */
     bfp8_tensor t[2 * N + 2];
@@ -444,6 +452,315 @@ static void test_deepseek_pair(void) {
     free(w);
 }
 
+/* Strictness matched to the Hugging Face reader: one case per rule, next to the closest case that stays valid. */
+static void test_strict(void) {
+#define ENTRY_A "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]"
+    /* dtype strings: exact names only (cJSON would read "F32\u0000junk" as "F32"). */
+    expect_format("dtype with an escaped NUL and trailing bytes",
+                  "{\"a\":{\"dtype\":\"F32\\u0000junk\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "escaped NUL");
+    expect_format("dtype with a trailing space", "{\"a\":{\"dtype\":\"F32 \",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                  "dtype 'F32 ' is not supported");
+    expect_format("escaped NUL in metadata", "{\"__metadata__\":{\"k\":\"v\\u0000\"}}", 0, "escaped NUL");
+    bfp8_safetensors *f = expect_valid("escaped backslash before u0000", "{\"__metadata__\":{\"k\":\"\\\\u0000\"}}", 0);
+    bfp8_safetensors_close(f);
+
+    /* The header starts with '{': no byte order mark, no leading whitespace; trailing padding is fine. */
+    expect_format("byte order mark", "\xEF\xBB\xBF{}", 0, "byte order mark");
+    expect_format("BOM before an entry", "\xEF\xBB\xBF{" ENTRY_A "}}", 4, "byte order mark");
+    expect_format("leading space", " {}", 0, "must start with '{'");
+    expect_format("leading newline", "\n{" ENTRY_A "}}", 4, "must start with '{'");
+    f = expect_valid("trailing padding", "{" ENTRY_A "}}   \n\t ", 4);
+    bfp8_safetensors_close(f);
+
+    /* No key twice anywhere. */
+    expect_format("metadata key twice", "{\"__metadata__\":{\"k\":\"1\",\"j\":\"0\",\"k\":\"2\"}}", 0,
+                  "key 'k' appears twice in \"__metadata__\"");
+    expect_format("key twice in an ignored object", "{" ENTRY_A ",\"extra\":{\"x\":1,\"y\":{\"z\":1,\"z\":2}}}}", 4,
+                  "key 'z' appears twice in \"a\".\"extra\".\"y\"");
+    expect_format("key twice in an array element", "{" ENTRY_A ",\"extra\":[1,{\"q\":1,\"q\":[]}]}}", 4,
+                  "key 'q' appears twice in \"a\".\"extra\"[1]");
+    {
+        /* Many distinct keys are fine; one repeated far apart is found. */
+        size_t cap = 16384, used = 0;
+        char *h = malloc(cap);
+        used += (size_t)snprintf(h + used, cap - used, "{\"__metadata__\":{");
+        for (int i = 0; i < 500; i++) used += (size_t)snprintf(h + used, cap - used, "%s\"key%d\":\"v\"", i ? "," : "", i);
+        snprintf(h + used, cap - used, "}}");
+        f = expect_valid("500 metadata keys", h, 0);
+        bfp8_safetensors_close(f);
+        snprintf(h + used, cap - used, ",\"key3\":\"w\"}}");
+        expect_format("the 3rd of 501 metadata keys repeated last", h, 0, "key 'key3' appears twice");
+        free(h);
+    }
+
+    /* The tensors cover the data section exactly. */
+    expect_format("gap at the start", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+                  "bytes [0, 4) of the data section belong to no tensor");
+    expect_format("gap between", "{" ENTRY_A "},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12,
+                  "bytes [4, 8) of the data section belong to no tensor (a gap before 'b'");
+    expect_format("one trailing byte", "{" ENTRY_A "}}", 5, "1 trailing bytes");
+    expect_format("data without tensors", "{}", 3, "3 trailing bytes");
+    expect_format("empty tensor inside another", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                                "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}", 8,
+                  "overlap");
+    f = expect_valid("empty tensors on both ends", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                                  "\"y\":{\"dtype\":\"I32\",\"shape\":[0,2],\"data_offsets\":[0,0]},"
+                                                  "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]}}", 8);
+    if (f) CHECK(bfp8_safetensors_count(f) == 3, "empty tensors on both ends: count %zu", bfp8_safetensors_count(f));
+    bfp8_safetensors_close(f);
+
+    /* Nesting: 128 levels are fine, 129 are a clear error; brackets inside strings do not count. */
+    for (int extra = 126; extra <= 127; extra++) {
+        char h[1024];
+        size_t used = (size_t)snprintf(h, sizeof h, "{" ENTRY_A ",\"x\":");
+        for (int i = 0; i < extra; i++) h[used++] = '[';
+        for (int i = 0; i < extra; i++) h[used++] = ']';
+        snprintf(h + used, sizeof h - used, "}}");
+        if (extra == 126) {
+            f = expect_valid("nesting 128 deep", h, 4);
+            bfp8_safetensors_close(f);
+        } else {
+            expect_format("nesting 129 deep", h, 4, "nest more than 128 deep");
+        }
+    }
+    {
+        char h[1024];
+        size_t used = (size_t)snprintf(h, sizeof h, "{" ENTRY_A ",\"x\":\"\\\"");
+        for (int i = 0; i < 300; i++) h[used++] = '[';
+        snprintf(h + used, sizeof h - used, "\"}}");
+        f = expect_valid("300 brackets inside a string after an escaped quote", h, 4);
+        bfp8_safetensors_close(f);
+    }
+
+    /* F8_E8M0: UE8M0 exponents, one byte each. */
+    f = expect_valid("F8_E8M0", "{\"s\":{\"dtype\":\"F8_E8M0\",\"shape\":[2,3],\"data_offsets\":[0,6]}}", 6);
+    if (f) {
+        const bfp8_tensor *t = bfp8_safetensors_find(f, "s");
+        CHECK(t && t->dtype == BFP8_DTYPE_UE8M0 && t->nbytes == 6 && t->ndim == 2, "F8_E8M0 tensor");
+    }
+    bfp8_safetensors_close(f);
+#undef ENTRY_A
+}
+
+/* Whether [p, p + n) lies inside one mapping of `path` in /proc/self/maps. */
+static bool mapped_from(const void *p, size_t n, const char *path) {
+    char real[PATH_MAX];
+    if (!realpath(path, real)) return false;
+    FILE *fp = fopen("/proc/self/maps", "r");
+    if (!fp) return false;
+    char line[PATH_MAX + 256];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi;
+        char name[PATH_MAX] = "";
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %4095s", &lo, &hi, name) < 2) continue;
+        found = strcmp(name, real) == 0 && (uintptr_t)p >= lo && (uintptr_t)p + n <= hi;
+    }
+    fclose(fp);
+    return found;
+}
+
+static long max_rss_kb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* open() maps the file instead of reading it: the data is inside a mapping of the file, a 4.6 GB (sparse) shard
+ * opens without its bytes being read, and a header that claims more data than the file holds is FORMAT. */
+static void test_mapped(void) {
+    char path[256];
+    path_in_tmp(path, sizeof path, "mapped.safetensors");
+    uint8_t bytes[300];
+    fill_random(bytes, sizeof bytes);
+    bfp8_tensor t = {.name = "q", .dtype = BFP8_DTYPE_E4M3, .ndim = 2, .shape = {3, 100}, .data = bytes,
+                     .nbytes = sizeof bytes};
+    CHECK_OK(bfp8_safetensors_write(path, &t, 1));
+    bfp8_safetensors *f = NULL;
+    CHECK_OK(bfp8_safetensors_open(path, &f));
+    const bfp8_tensor *q = f ? bfp8_safetensors_find(f, "q") : NULL;
+    CHECK(q && memcmp(q->data, bytes, sizeof bytes) == 0, "mapped data");
+    CHECK(q && mapped_from(q->data, q->nbytes, path), "tensor data is not inside a mapping of %s", path);
+    bfp8_safetensors_close(f);
+    remove(path);
+
+    /* A shard-sized file: sparse, so it costs no disk; reading it whole would raise the peak RSS by 4.6 GB. */
+    path_in_tmp(path, sizeof path, "big.safetensors");
+    const int64_t big = 4600000000ll;
+    char header[200];
+    int hl = snprintf(header, sizeof header, "{\"big\":{\"dtype\":\"F8_E4M3\",\"shape\":[%lld],\"data_offsets\":[0,%lld]}}",
+                      (long long)big, (long long)big);
+    while (hl % 8) header[hl++] = ' ';
+    FILE *fp = fopen(path, "wb");
+    uint64_t hlen = (uint64_t)hl;
+    unsigned char prefix[8];
+    for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)(hlen >> (8 * i));
+    bool made = fp && fwrite(prefix, 1, 8, fp) == 8 && fwrite(header, 1, (size_t)hl, fp) == (size_t)hl &&
+                fflush(fp) == 0 && ftruncate(fileno(fp), (off_t)(8 + hlen + (uint64_t)big)) == 0;
+    if (fp) fclose(fp);
+    if (!made) {
+        printf("note: cannot make a %lld-byte sparse file here; the large-shard case is skipped\n", (long long)big);
+    } else {
+        long before = max_rss_kb();
+        f = NULL;
+        CHECK_OK(bfp8_safetensors_open(path, &f));
+        long grew = max_rss_kb() - before;
+        CHECK(grew < 64 * 1024, "opening a %lld-byte file raised the peak RSS by %ld KB", (long long)big, grew);
+        const bfp8_tensor *b = f ? bfp8_safetensors_find(f, "big") : NULL;
+        CHECK(b && b->nbytes == (size_t)big && ((const uint8_t *)b->data)[big - 1] == 0, "big tensor");
+        bfp8_safetensors_close(f);
+    }
+    remove(path);
+
+    /* The header claims 1 GB that the file does not have: FORMAT from open(), before any data is touched. */
+    expect_format("1 GB claimed, 10 bytes present",
+                  "{\"t\":{\"dtype\":\"F32\",\"shape\":[268435456],\"data_offsets\":[0,1073741824]}}", 10,
+                  "past the 10-byte data section");
+}
+
+typedef struct temp_log {
+    int calls;
+    char first[512];
+    bool absent_at_announce; /* announced before it is created: a handler that removes it cannot miss it */
+    bool exists_at_second;   /* announced again, by the same name, once it exists */
+    bool gone_at_null;       /* renamed or removed by the time NULL is announced */
+    bool last_null;
+} temp_log;
+
+static void record_temp(const char *temp_path, void *ctx) {
+    temp_log *log = ctx;
+    if (log->calls == 0 && temp_path) {
+        snprintf(log->first, sizeof log->first, "%s", temp_path);
+        log->absent_at_announce = access(temp_path, F_OK) != 0;
+    }
+    if (log->calls == 1)
+        log->exists_at_second = temp_path && strcmp(temp_path, log->first) == 0 && access(temp_path, F_OK) == 0;
+    if (!temp_path) log->gone_at_null = access(log->first, F_OK) != 0;
+    log->last_null = temp_path == NULL;
+    log->calls++;
+}
+
+static mode_t mode_of(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? sb.st_mode & 07777 : (mode_t)-1;
+}
+
+/* Writing never loses data: modes survive, symlinks are followed, long names work or fail with the whole
+ * message, and the temp file (announced through on_temp) is gone after every failure. */
+static void test_write_safety(void) {
+    char path[1100];
+    float v[4] = {1, 2, 3, 4};
+    bfp8_tensor t = {.name = "v", .dtype = BFP8_DTYPE_F32, .ndim = 1, .shape = {4}, .data = v, .nbytes = 16};
+
+    /* Modes: a replaced file keeps its own; a new one gets 0666 less the umask. */
+    path_in_tmp(path, sizeof path, "mode.safetensors");
+    mode_t old_umask = umask(022);
+    CHECK_OK(bfp8_safetensors_write(path, &t, 1));
+    CHECK(mode_of(path) == 0644, "new file under umask 022: mode %o", (unsigned)mode_of(path));
+    const mode_t modes[] = {0600, 0640, 0444};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        chmod(path, modes[i]);
+        CHECK_OK(bfp8_safetensors_write(path, &t, 1));
+        CHECK(mode_of(path) == modes[i], "overwriting a %o file left %o", (unsigned)modes[i], (unsigned)mode_of(path));
+    }
+    remove(path);
+    umask(077);
+    CHECK_OK(bfp8_safetensors_write(path, &t, 1));
+    CHECK(mode_of(path) == 0600, "new file under umask 077: mode %o", (unsigned)mode_of(path));
+    umask(old_umask);
+
+    /* A symlink is followed: the file it names is replaced (mode kept), the link stays. */
+    char link[512];
+    path_in_tmp(link, sizeof link, "link.safetensors");
+    chmod(path, 0640);
+    CHECK(symlink(path, link) == 0, "symlink");
+    v[0] = 42;
+    CHECK_OK(bfp8_safetensors_write(link, &t, 1));
+    struct stat lsb;
+    CHECK(lstat(link, &lsb) == 0 && S_ISLNK(lsb.st_mode), "the symlink was replaced");
+    CHECK(mode_of(path) == 0640, "target mode %o", (unsigned)mode_of(path));
+    bfp8_safetensors *f = NULL;
+    CHECK_OK(bfp8_safetensors_open(path, &f));
+    CHECK(f && ((const float *)bfp8_safetensors_find(f, "v")->data)[0] == 42, "the link's target was not written");
+    bfp8_safetensors_close(f);
+    remove(link);
+    remove(path);
+    CHECK(dir_entries(tmp_dir) == 0, "mode/symlink cases left %d entries", dir_entries(tmp_dir));
+
+    /* Names of 255 bytes (NAME_MAX) work; 256 fail with the reason at the end of the message. */
+    char name[300];
+    memset(name, 'n', 255);
+    memcpy(name + 255 - 12, ".safetensors", 13);
+    path_in_tmp(path, sizeof path, name);
+    temp_log log = {0};
+    bfp8_write_options opt = {.on_temp = record_temp, .ctx = &log};
+    CHECK_OK(bfp8_safetensors_write_ex(path, &t, 1, &opt));
+    CHECK(log.calls == 3 && log.absent_at_announce && log.exists_at_second && log.gone_at_null && log.last_null,
+          "on_temp: %d calls", log.calls);
+    CHECK(strncmp(log.first, tmp_dir, strlen(tmp_dir)) == 0 && strlen(log.first) - strlen(tmp_dir) <= 24 &&
+              access(log.first, F_OK) != 0,
+          "temp file '%s': not short, not in the destination's directory, or still there", log.first);
+    f = NULL;
+    CHECK_OK(bfp8_safetensors_open(path, &f));
+    CHECK(f && bfp8_safetensors_count(f) == 1, "255-byte name reads back");
+    bfp8_safetensors_close(f);
+    remove(path);
+    memset(name, 'n', 256);
+    memcpy(name + 256 - 12, ".safetensors", 13);
+    path_in_tmp(path, sizeof path, name);
+    log = (temp_log){0};
+    CHECK_STATUS(bfp8_safetensors_write_ex(path, &t, 1, &opt), BFP8_ERR_IO);
+    const char *msg = bfp8_last_error();
+    const char *reason = strerror(ENAMETOOLONG);
+    size_t ml = strlen(msg), rl = strlen(reason);
+    CHECK(ml > rl && strcmp(msg + ml - rl, reason) == 0 && strstr(msg, path) == msg,
+          "256-byte name: message '%s' does not start with the path and end with '%s'", msg, reason);
+    CHECK(log.calls == 3 && log.last_null && log.gone_at_null && dir_entries(tmp_dir) == 0, "256-byte name left %d entries",
+          dir_entries(tmp_dir));
+
+    /* A write that fails half-way (RLIMIT_FSIZE: EFBIG) removes its temp file and leaves the old file whole. */
+    path_in_tmp(path, sizeof path, "keep.safetensors");
+    CHECK_OK(bfp8_safetensors_write(path, &t, 1));
+    size_t n_big = 1 << 16;
+    uint8_t *big = calloc(n_big, 1);
+    bfp8_tensor tb = {.name = "big", .dtype = BFP8_DTYPE_E4M3, .ndim = 1, .shape = {(int64_t)n_big}, .data = big,
+                      .nbytes = n_big};
+    struct rlimit old_limit, small = {.rlim_cur = 4096, .rlim_max = RLIM_INFINITY};
+    getrlimit(RLIMIT_FSIZE, &old_limit);
+    small.rlim_max = old_limit.rlim_max;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    log = (temp_log){0};
+    if (setrlimit(RLIMIT_FSIZE, &small) == 0) {
+        bfp8_status st = bfp8_safetensors_write_ex(path, &tb, 1, &opt);
+        setrlimit(RLIMIT_FSIZE, &old_limit);
+        CHECK(st == BFP8_ERR_IO && strstr(bfp8_last_error(), "write failed"), "EFBIG: %s '%s'", bfp8_status_name(st),
+              bfp8_last_error());
+        CHECK(log.calls == 3 && log.absent_at_announce && log.exists_at_second && log.gone_at_null && log.last_null,
+              "EFBIG: temp '%s' still there (%d calls)", log.first, log.calls);
+        CHECK(dir_entries(tmp_dir) == 1, "EFBIG left %d entries", dir_entries(tmp_dir));
+        f = NULL;
+        CHECK_OK(bfp8_safetensors_open(path, &f));
+        CHECK(f && bfp8_safetensors_find(f, "v") && !bfp8_safetensors_find(f, "big"), "the old file was damaged");
+        bfp8_safetensors_close(f);
+    }
+    signal(SIGXFSZ, old_handler);
+    free(big);
+    remove(path);
+
+    /* A directory we may not write to: the temp file cannot be created, and the message says where. */
+    if (geteuid() != 0) {
+        char dir[512];
+        path_in_tmp(dir, sizeof dir, "ro");
+        CHECK(mkdir(dir, 0500) == 0, "mkdir ro");
+        snprintf(path, sizeof path, "%s/x.safetensors", dir);
+        CHECK_STATUS(bfp8_safetensors_write(path, &t, 1), BFP8_ERR_IO);
+        CHECK(strstr(bfp8_last_error(), "cannot create a temp file in") && strstr(bfp8_last_error(), dir),
+              "msg: %s", bfp8_last_error());
+        CHECK(dir_entries(dir) == 0, "read-only dir has %d entries", dir_entries(dir));
+        rmdir(dir);
+    }
+}
+
 static void test_io_errors(void) {
     char path[256];
     bfp8_safetensors *f = (bfp8_safetensors *)&f;
@@ -460,14 +777,24 @@ static void test_io_errors(void) {
     CHECK(strstr(bfp8_last_error(), "no_such_dir") != NULL, "msg: %s", bfp8_last_error());
     CHECK(dir_entries(tmp_dir) == 0, "write into a missing dir left %d entries", dir_entries(tmp_dir));
 
-    /* The destination is a directory: the temp file is written, rename fails, the temp file is removed. */
+    /* The destination is a directory: refused before a temp file exists. */
     path_in_tmp(path, sizeof path, "a_dir");
     CHECK(mkdir(path, 0700) == 0, "mkdir");
     CHECK_STATUS(bfp8_safetensors_write(path, &t, 1), BFP8_ERR_IO);
-    CHECK(strstr(bfp8_last_error(), "rename") != NULL, "msg: %s", bfp8_last_error());
-    CHECK(dir_entries(tmp_dir) == 1 && dir_entries(path) == 0, "rename failure left a temp file (%d entries)",
+    CHECK(strstr(bfp8_last_error(), "is a directory") != NULL, "msg: %s", bfp8_last_error());
+    CHECK(dir_entries(tmp_dir) == 1 && dir_entries(path) == 0, "a directory destination left a temp file (%d entries)",
           dir_entries(tmp_dir));
     rmdir(path);
+
+    /* Nor is anything else that is not a regular file (rename() would replace a device node such as /dev/null;
+     * a FIFO stands in for it here). */
+    path_in_tmp(path, sizeof path, "a_fifo");
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+    CHECK_STATUS(bfp8_safetensors_write(path, &t, 1), BFP8_ERR_IO);
+    CHECK(strstr(bfp8_last_error(), "not a regular file") != NULL, "msg: %s", bfp8_last_error());
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode) && dir_entries(tmp_dir) == 1, "the FIFO was replaced");
+    remove(path);
 }
 
 static void test_arguments(void) {
@@ -553,6 +880,9 @@ int main(void) {
     test_deepseek_pair();
     test_io_errors();
     test_arguments();
+    test_strict();
+    test_mapped();
+    test_write_safety();
     remove_tmp_dir();
     return TEST_SUMMARY("safetensors");
 }

@@ -250,7 +250,7 @@ static void check_load_and_errors(bfp8_dispatcher *d) {
         for (int rank = 0; rank < 3; rank++) {
             bfp8_shard sh, sh2;
             bfp8_weight *a = NULL, *b = NULL;
-            CHECK_OK(bfp8_weight_load_shard(f, "w", mode, 3, rank, BFP8_SHARD_SHARE_BLOCKS, &sh, &a));
+            CHECK_OK(bfp8_weight_load_shard(f, "w", NULL, mode, 3, rank, BFP8_SHARD_SHARE_BLOCKS, &sh, &a));
             CHECK_OK(bfp8_shard_plan(576, 960, mode, 3, rank, BFP8_SHARD_SHARE_BLOCKS, &sh2));
             CHECK_OK(bfp8_weight_shard(L.q, &s, &sh2, &b));
             if (!a || !b) continue;
@@ -276,8 +276,8 @@ static void check_load_and_errors(bfp8_dispatcher *d) {
     }
     bfp8_shard sh;
     bfp8_weight *w = NULL;
-    CHECK_STATUS(bfp8_weight_load_shard(f, "w", BFP8_TP_COLUMN, 3, 0, 0, &sh, &w), BFP8_ERR_UNSUPPORTED);
-    CHECK_STATUS(bfp8_weight_load_shard(f, "nope", BFP8_TP_COLUMN, 3, 0, 0, &sh, &w), BFP8_ERR_NOT_FOUND);
+    CHECK_STATUS(bfp8_weight_load_shard(f, "w", NULL, BFP8_TP_COLUMN, 3, 0, 0, &sh, &w), BFP8_ERR_UNSUPPORTED);
+    CHECK_STATUS(bfp8_weight_load_shard(f, "nope", NULL, BFP8_TP_COLUMN, 3, 0, 0, &sh, &w), BFP8_ERR_NOT_FOUND);
     CHECK(w == NULL, "no weight on failure");
     /* A tampered plan, and a weight that is not the shard's. */
     CHECK_OK(bfp8_shard_plan(576, 960, BFP8_TP_ROW, 3, 1, BFP8_SHARD_SHARE_BLOCKS, &sh));

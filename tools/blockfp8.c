@@ -18,7 +18,7 @@ static const char usage[] =
     "\n"
     "options: --help, --version\n"
     "environment: BFP8_BACKEND=NAME (prefer a backend), BFP8_LOG=dispatch (log each decision once),\n"
-    "             BFP8_NUM_THREADS=N (CPU threads)\n";
+    "             BFP8_NUM_THREADS=N (CPU threads, 1..256), BFP8_CPU_ISA=auto|portable|avx2\n";
 
 static const struct {
     const char *name;
@@ -41,8 +41,17 @@ int main(int argc, char **argv) {
         printf("blockfp8 %s\n", BFP8_VERSION);
         return CLI_OK;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0) continue;
+        /* A setting the library would ignore is an error here, before any work (--help still works). */
+        bool help = false;
+        for (int a = 2; a < argc; a++) help = help || cli_is_help(argv[a]);
+        if (!help && bfp8_check_env() != BFP8_OK) {
+            fprintf(stderr, "blockfp8 %s: %s\n", argv[1], bfp8_last_error());
+            return CLI_FAIL;
+        }
+        return commands[i].run(argc - 1, argv + 1);
+    }
     fprintf(stderr, "blockfp8: unknown command '%s'\n", argv[1]);
     fputs(usage, stderr);
     return CLI_USAGE;

@@ -85,6 +85,16 @@ void cli_linear_problem(bfp8_problem *p, bfp8_device device, int arch, int64_t m
                         bfp8_dtype out_dtype, bfp8_scale_format format, const bfp8_weight *w, bool has_bias,
                         bfp8_dtype bias_dtype);
 
+/* True (after printing "blockfp8 <cmd>: refusing to write OUT: it is the input IN") when the output path names
+ * one of the inputs: the same file (stat: symlinks and hard links included), the same string, or, for an output
+ * that does not exist yet, the same canonical directory and name. */
+bool cli_output_is_input(const char *cmd, const char *out, const char *const *inputs, size_t count);
+
+/* bfp8_safetensors_write with the temp file removed on SIGINT, SIGTERM, SIGHUP and SIGQUIT (a signal the process
+ * ignores stays ignored); the signal then ends the process as it would have. Test hook:
+ * BFP8_CLI_TEST_WRITE_DELAY_MS=N waits N ms once the temp file exists, so a test can signal it there. */
+bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, size_t count);
+
 /* Subcommands: each takes argc/argv starting at its own name and returns an exit status. */
 int cmd_demo(int argc, char **argv);
 int cmd_explain(int argc, char **argv);

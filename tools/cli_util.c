@@ -3,12 +3,16 @@
 #include "internal.h" /* bfp8_layouts_for_format: the layouts bfp8_linear offers for activations */
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* "blockfp8 CMD: message" and a newline, to stderr. */
 static void report(const char *cmd, const char *fmt, va_list ap) {
@@ -244,4 +248,102 @@ void cli_linear_problem(bfp8_problem *p, bfp8_device device, int arch, int64_t m
     p->has_bias = has_bias;
     p->bias_dtype = has_bias ? bias_dtype : BFP8_DTYPE_F32;
     p->act_from_prior_kernel = device == BFP8_DEVICE_CUDA; /* quantized on the device just before the GEMM */
+}
+
+/* --- outputs that could destroy an input ------------------------------------------------------------------------ */
+
+/* realpath() of the directory part plus the last component: a canonical name for a path that need not exist. */
+static char *canonical_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    char *real = dir ? realpath(dir, NULL) : NULL;
+    free(dir);
+    if (!real) return NULL;
+    size_t lr = strlen(real), lb = strlen(base);
+    char *out = malloc(lr + lb + 2);
+    if (out) snprintf(out, lr + lb + 2, "%s%s%s", real, strcmp(real, "/") == 0 ? "" : "/", base);
+    free(real);
+    return out;
+}
+
+static bool same_path(const char *out, const char *in) {
+    if (strcmp(out, in) == 0) return true;
+    struct stat so, si;
+    bool out_exists = stat(out, &so) == 0;
+    if (out_exists) return stat(in, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino;
+    char *a = canonical_name(out), *b = realpath(in, NULL);
+    if (!b) b = canonical_name(in);
+    bool same = a && b && strcmp(a, b) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+bool cli_output_is_input(const char *cmd, const char *out, const char *const *inputs, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (inputs[i] && same_path(out, inputs[i])) {
+            if (strcmp(out, inputs[i]) == 0)
+                cli_error(CLI_FAIL, cmd, "refusing to write %s: it is an input file", out);
+            else
+                cli_error(CLI_FAIL, cmd, "refusing to write %s: it is the input file %s", out, inputs[i]);
+            return true;
+        }
+    return false;
+}
+
+/* --- writing with the temp file removed on a signal ---------------------------------------------------------- */
+
+static char pending_temp[PATH_MAX + 64];
+static volatile sig_atomic_t pending_temp_set;
+static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+static void remove_temp_and_die(int sig) {
+    if (pending_temp_set) unlink(pending_temp); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig); /* delivered with the default action once this handler returns */
+}
+
+static void install_cleanup_handlers(void) {
+    static bool installed;
+    if (installed) return;
+    installed = true;
+    for (size_t i = 0; i < sizeof cleanup_signals / sizeof cleanup_signals[0]; i++) {
+        struct sigaction old, sa;
+        if (sigaction(cleanup_signals[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = remove_temp_and_die;
+        sigemptyset(&sa.sa_mask);
+        for (size_t j = 0; j < sizeof cleanup_signals / sizeof cleanup_signals[0]; j++)
+            sigaddset(&sa.sa_mask, cleanup_signals[j]);
+        sigaction(cleanup_signals[i], &sa, NULL);
+    }
+}
+
+static void register_temp(const char *temp_path, void *ctx) {
+    (void)ctx;
+    if (!temp_path) {
+        pending_temp_set = 0;
+        return;
+    }
+    size_t len = strlen(temp_path);
+    if (len >= sizeof pending_temp) return; /* cannot happen: the temp name is short and in the output's directory */
+    if (!pending_temp_set) {
+        memcpy(pending_temp, temp_path, len + 1);
+        pending_temp_set = 1;
+        return; /* announced before it is created; called again once it exists */
+    }
+    const char *delay = getenv("BFP8_CLI_TEST_WRITE_DELAY_MS");
+    if (delay && *delay) {
+        long ms = strtol(delay, NULL, 10);
+        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+        while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+}
+
+bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, size_t count) {
+    install_cleanup_handlers();
+    const bfp8_write_options options = {.on_temp = register_temp};
+    return bfp8_safetensors_write_ex(path, tensors, count, &options);
 }

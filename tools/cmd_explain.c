@@ -81,14 +81,22 @@ int cmd_explain(int argc, char **argv) {
     bfp8_status st = cli_apply_policy(d, backend, strict);
     if (st != BFP8_OK) return cli_lib_error(cmd, "policy", st);
 
-    if (arch < 0) arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0;
+    if (arch < 0 && device == BFP8_DEVICE_CUDA) {
+        /* Without a device there is no arch to pose the problem for (it would read as sm_0). */
+        char why[256];
+        if (!bfp8_cuda_available(why, sizeof why))
+            return cli_error(CLI_FAIL, cmd, "--device cuda: no CUDA device here (%s); pass --arch SM (e.g. --arch 90) "
+                             "to explain the decision for that GPU", why);
+        arch = bfp8_cuda_current_arch();
+    }
+    if (arch < 0) arch = 0;
     bfp8_problem p;
     cli_linear_problem(&p, device, (int)arch, m, n, k, out_dtype, format, NULL, has_bias, bias_dtype);
     if (gemm) p.act_from_prior_kernel = false;
 
     st = bfp8_dispatcher_explain(d, &p, stdout);
     fflush(stdout);
-    if (st != BFP8_OK && !(strict && st == BFP8_ERR_UNSUPPORTED)) return cli_lib_error(cmd, "explain", st);
+    if (st != BFP8_OK && !(strict && st == BFP8_ERR_UNSUPPORTED)) return cli_lib_error(cmd, "the dispatcher", st);
 
     bfp8_decision dec;
     st = bfp8_dispatcher_select(d, &p, &dec);

@@ -68,7 +68,7 @@ int cmd_shard(int argc, char **argv) {
     for (int rank = 0; rank < ranks && status == CLI_OK; rank++) {
         bfp8_shard s;
         bfp8_weight *w = NULL;
-        bfp8_status st = f ? bfp8_weight_load_shard(f, name, mode, (int)ranks, rank, flags, &s, &w)
+        bfp8_status st = f ? bfp8_weight_load_shard(f, name, NULL, mode, (int)ranks, rank, flags, &s, &w)
                            : bfp8_shard_plan(n, k, mode, (int)ranks, rank, flags, &s);
         bfp8_weight_free(w);
         if (st != BFP8_OK) {
