@@ -298,5 +298,30 @@ has out "  ref "
 lacks out "FAIL"
 expect 1 "$cli" check --backend no_such_backend
 
+# --- grouped (MoE) ---------------------------------------------------------------------------------------------
+expect 0 "$cli" explain --m 1024 --n 4096 --k 7168 --grouped contiguous --groups 8
+has out "grouped=contiguous groups=8 expected_m=128"
+has out "choice:  cpu"
+expect 1 "$cli" explain --m 128 --n 4096 --k 7168 --grouped masked --groups 8 --expected-m 16 --device cuda --arch 90 --backend hopper --strict
+has out "grouped=masked groups=8 expected_m=16"
+expect 2 "$cli" explain --m 128 --n 4096 --k 7168 --grouped masked
+has err "--grouped and --groups go together"
+expect 2 "$cli" explain --m 128 --n 4096 --k 7168 --grouped sideways --groups 2
+has err "bad --grouped"
+expect 0 "$cli" check
+has out "grouped results"
+has out "check: OK"
+expect 0 "$cli" demo --moe --device cpu --seed 5 --stats
+has out "contiguous layout"
+has out "(2 grouped)"
+has out "PASS"
+expect 0 "$cli" demo --moe --layout masked --experts 5 --top-k 3 --tokens 9 --hidden 300 --inter 256 --device cpu
+has out "masked layout"
+has out "PASS"
+expect 2 "$cli" demo --moe --inter 200
+has err "not a multiple of 128"
+expect 0 "$cli" demo --moe --help
+has out "usage: blockfp8 demo --moe"
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -92,6 +92,12 @@ int cmd_quantize(int argc, char **argv);
 int cmd_linear(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+/* The grouped part of `check` (tools/check_grouped.c): every backend of d with a grouped GEMM through its strict
+ * dispatcher strict[i] (same order as d) against `ref`; sets *any_fail on a failure. */
+int check_grouped(bfp8_dispatcher *d, bfp8_dispatcher **strict, const char *only, uint64_t seed, bool verbose,
+                  bool *any_fail);
+/* `demo --moe` (tools/demo_moe.c); cmd_demo hands over when it sees --moe. */
+int cmd_demo_moe(int argc, char **argv);
 /* `bench --model dsr1` (tools/bench_model.c); cmd_bench hands over when it sees --model. */
 int cmd_bench_model(int argc, char **argv);
 
