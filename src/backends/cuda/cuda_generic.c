@@ -9,6 +9,7 @@
  *    split-K partials in stream-ordered scratch.
  * Both compute the same function to the tolerances of DESIGN.md section 3; tests/test_cuda.c runs both. */
 #include "cuda_glue.h"
+#include "cuda_grouped.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -87,8 +88,11 @@ const bfp8_backend bfp8_backend_cuda_generic = {
             /* The last resort on the GPU: below hopper and cublaslt, which it shares a kernel with or trails
              * (bench/RESULTS.md). */
             .priority = 20,
+            .grouped_layouts = BFP8_BIT(BFP8_GROUPED_CONTIGUOUS) | BFP8_BIT(BFP8_GROUPED_MASKED),
+            .max_groups = BFP8_CUDA_GROUPED_MAX_GROUPS,
         },
     .supports = NULL,
     .gemm = generic_gemm,
     .ctx = NULL,
+    .grouped_gemm = bfp8_cuda_generic_grouped_gemm, /* cuda_generic_grouped.c */
 };
