@@ -322,6 +322,18 @@ expect 2 "$cli" demo --moe --inter 200
 has err "not a multiple of 128"
 expect 0 "$cli" demo --moe --help
 has out "usage: blockfp8 demo --moe"
+expect 0 "$cli" bench --grouped masked --experts 2 --tokens 1,3 --layer down --iters 1 --warmup 0 --baseline none
+has out "masked      down        2      1  cpu"
+has out "masked      down        2      3  cpu"
+expect 0 "$cli" bench --grouped contiguous --experts 2 --tokens 5 --layer down --iters 1 --warmup 0 --json "$tmp/grouped.json"
+has out "contiguous  down        2      5  cpu"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r and r[0]['layout']=='contiguous' and r[0]['tokens']==5" "$tmp/grouped.json" && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: bench --grouped --json"; }
+expect 2 "$cli" bench --grouped sideways
+has err "bad --grouped"
+expect 2 "$cli" bench --grouped masked --baseline cublaslt
+has err "does not run on cpu"
+expect 0 "$cli" bench --grouped masked --help
+has out "usage: blockfp8 bench --grouped"
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

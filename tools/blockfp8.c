@@ -13,7 +13,7 @@ static const char usage[] =
     "  quantize  quantize tensors of a safetensors file (activations 1x128, weights 128x128)\n"
     "  linear    y = x @ W^T (+ bias) from a DeepSeek-format weight file and an input file\n"
     "  check     every backend against the reference on fresh random problems\n"
-    "  bench     time backends on the DeepSeek-R1 shapes\n"
+    "  bench     time backends on the DeepSeek-R1 shapes (bench --grouped: the MoE expert layers)\n"
     "\n"
     "options: --help, --version\n"
     "environment: BFP8_BACKEND=NAME (prefer a backend), BFP8_LOG=dispatch (log each decision once),\n"
@@ -40,6 +40,11 @@ int main(int argc, char **argv) {
         printf("blockfp8 %s\n", BFP8_VERSION);
         return CLI_OK;
     }
+    /* `bench --grouped` is tools/bench_grouped.c. */
+    if (strcmp(argv[1], "bench") == 0)
+        for (int i = 2; i < argc; i++)
+            if (strcmp(argv[i], "--grouped") == 0 || strncmp(argv[i], "--grouped=", 10) == 0)
+                return cmd_bench_grouped(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "blockfp8: unknown command '%s'\n", argv[1]);

@@ -98,6 +98,8 @@ int check_grouped(bfp8_dispatcher *d, bfp8_dispatcher **strict, const char *only
                   bool *any_fail);
 /* `demo --moe` (tools/demo_moe.c); cmd_demo hands over when it sees --moe. */
 int cmd_demo_moe(int argc, char **argv);
+/* `bench --grouped` (tools/bench_grouped.c); main hands over when `bench` has --grouped. */
+int cmd_bench_grouped(int argc, char **argv);
 /* `bench --model dsr1` (tools/bench_model.c); cmd_bench hands over when it sees --model. */
 int cmd_bench_model(int argc, char **argv);
 
