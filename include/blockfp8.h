@@ -22,8 +22,9 @@
 extern "C" {
 #endif
 
-/* 0.2.0: bfp8_problem gained act_from_prior_kernel, so its size changed: rebuild programs built against 0.1.0. */
-#define BFP8_VERSION "0.2.0"
+/* 0.2.0: bfp8_problem gained act_from_prior_kernel, so its size changed: rebuild programs built against 0.1.0.
+ * 0.3.0: bfp8_problem, bfp8_caps and bfp8_backend gained their grouped (MoE) fields: rebuild against 0.2.0. */
+#define BFP8_VERSION "0.3.0"
 #define BFP8_BLOCK 128 /* group width along K, and the weight block edge */
 
 /* ---------------------------------------------------------------------------------------------------------------
