@@ -446,6 +446,17 @@ static void test_bad_input(void) {
         /* At the boundary: masked_m = max_m is fine. */
         c.masked_m[3] = (int32_t)c.m;
         CHECK_OK(bfp8_grouped_gemm(d, &ga));
+        /* Mixed scale formats are an fp32 problem, as for the dense call: the same values give the same bytes. */
+        float *y_mixed = malloc(ybytes);
+        memcpy(y_mixed, y, ybytes);
+        bfp8_grouped_gemm_args mixed = ga;
+        mixed.a_scales.format = BFP8_SCALE_UE8M0;
+        bfp8_problem pm;
+        CHECK_OK(bfp8_problem_from_grouped_gemm(&mixed, &pm));
+        CHECK(pm.scale_format == BFP8_SCALE_FP32, "mixed formats: problem format %d", (int)pm.scale_format);
+        CHECK_OK(bfp8_grouped_gemm(d, &mixed));
+        CHECK(memcmp(y, y_mixed, ybytes) == 0, "%s: mixed scale formats changed the output", HOST_BACKENDS[b]);
+        free(y_mixed);
         const int32_t bad_index[] = {4, -2, INT32_MAX, INT32_MIN};
         for (int i = 0; i < 4; i++) {
             int32_t saved = cc.idx[7];
@@ -477,7 +488,10 @@ static void test_bad_input(void) {
         bad.b_scales.rows = 2; /* one group's matrix has ceil(64/128) = 1 row */
         CHECK_STATUS(bfp8_grouped_gemm(d, &bad), BFP8_ERR_INVALID_ARGUMENT);
         bad = ga;
-        bad.a_scales.format = BFP8_SCALE_UE8M0;
+        bad.a_scales.layout = BFP8_LAYOUT_PACKED_UE8M0; /* packed holds only UE8M0, these are fp32 */
+        CHECK_STATUS(bfp8_grouped_gemm(d, &bad), BFP8_ERR_INVALID_ARGUMENT);
+        bad = ga;
+        bad.a_scales.data = NULL;
         CHECK_STATUS(bfp8_grouped_gemm(d, &bad), BFP8_ERR_INVALID_ARGUMENT);
         bad = ga;
         bad.expected_m = -1;
