@@ -30,6 +30,7 @@ struct bfp8_dispatcher {
     char preferred[NAME_MAX_LEN];
     bool log_dispatch;
     uint64_t calls[MAX_BACKENDS];
+    uint64_t grouped_calls[MAX_BACKENDS]; /* the grouped ones among calls[] */
     bfp8_fallback_stat fallbacks[MAX_FALLBACKS];
     size_t fallback_count;
     uint64_t fallbacks_unrecorded; /* distinct fallbacks beyond MAX_FALLBACKS: still counted, never lost */
@@ -112,6 +113,10 @@ static bool problem_valid(const bfp8_problem *p, char *reason, size_t reason_siz
         REJECT("unknown scale layout bits 0x%x", (unsigned)((p->a_layouts | p->b_layouts) & ~LAYOUT_MASK));
     if (p->has_bias && !bfp8_is_float_dtype(p->bias_dtype))
         REJECT("bias dtype %d is not f32, bf16 or f16", (int)p->bias_dtype);
+    if ((unsigned)p->grouped >= (unsigned)BFP8_GROUPED_COUNT) REJECT("unknown grouped layout %d", (int)p->grouped);
+    if (p->grouped != BFP8_GROUPED_NONE && (p->groups < 1 || p->expected_m < 0))
+        REJECT("grouped problem with groups=%" PRId64 " (>= 1) and expected_m=%" PRId64 " (>= 0)", p->groups,
+               p->expected_m);
     return true;
 }
 
@@ -125,6 +130,9 @@ static bool caps_valid(const bfp8_caps *c, char *reason, size_t reason_size) {
     if (c->min_k < 0 || c->m_multiple < 0 || c->n_multiple < 0 || c->k_multiple < 0 || c->max_m < 0 ||
         c->max_n < 0 || c->max_k < 0)
         REJECT("negative size limit");
+    if (c->max_groups < 0) REJECT("negative max_groups");
+    if (c->grouped_layouts & ~((1u << BFP8_GROUPED_COUNT) - 1) & ~BFP8_BIT(BFP8_GROUPED_NONE))
+        REJECT("unknown grouped layout bits");
     return true;
 }
 
@@ -143,6 +151,16 @@ bool bfp8_backend_check(const bfp8_backend *b, const bfp8_problem *p, char *reas
             REJECT("needs compute capability >= sm_%d, the device is sm_%d", c->min_arch, p->arch);
         if (c->max_arch && p->arch > c->max_arch)
             REJECT("needs compute capability <= sm_%d, the device is sm_%d", c->max_arch, p->arch);
+    }
+    if (p->grouped != BFP8_GROUPED_NONE) {
+        if (!b->grouped_gemm || !c->grouped_layouts) REJECT("no grouped GEMM");
+        if (!(c->grouped_layouts & BFP8_BIT(p->grouped)))
+            REJECT("grouped layout %s not supported (supports %s%s%s)", bfp8_grouped_layout_name(p->grouped),
+                   c->grouped_layouts & BFP8_BIT(BFP8_GROUPED_CONTIGUOUS) ? "contiguous" : "",
+                   c->grouped_layouts == (BFP8_BIT(BFP8_GROUPED_CONTIGUOUS) | BFP8_BIT(BFP8_GROUPED_MASKED)) ? ", " : "",
+                   c->grouped_layouts & BFP8_BIT(BFP8_GROUPED_MASKED) ? "masked" : "");
+        if (c->max_groups && p->groups > c->max_groups)
+            REJECT("%" PRId64 " groups exceed its maximum %" PRId64, p->groups, c->max_groups);
     }
     if (!(c->out_dtypes & BFP8_BIT(p->out_dtype))) {
         format_dtype_set(c->out_dtypes, set, sizeof set);
@@ -351,6 +369,8 @@ bfp8_status bfp8_dispatcher_add(bfp8_dispatcher *d, const bfp8_backend *backend)
     char why[BFP8_REASON_MAX];
     BFP8_CHECK_ARG(caps_valid(&backend->caps, why, sizeof why), "backend '%s': invalid capabilities: %s",
                    backend->name, why);
+    BFP8_CHECK_ARG(!backend->caps.grouped_layouts || backend->grouped_gemm,
+                   "backend '%s' declares grouped layouts but has no grouped_gemm function", backend->name);
     BFP8_CHECK_ARG(!name_taken(d, backend->name), "a backend named '%s' is already registered", backend->name);
     BFP8_CHECK_ARG(d->count < MAX_BACKENDS, "too many backends (max %d)", MAX_BACKENDS);
     d->backends[d->count++] = backend;
@@ -472,10 +492,13 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
 }
 
 static void describe_problem(const bfp8_problem *p, char *buf, size_t size) {
-    snprintf(buf, size, "device=%s m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " out=%s scales=%s bias=%s%s",
-             bfp8_device_name(p->device), p->m, p->n, p->k, bfp8_dtype_name(p->out_dtype),
-             bfp8_scale_format_name(p->scale_format), p->has_bias ? bfp8_dtype_name(p->bias_dtype) : "none",
-             p->act_from_prior_kernel ? " acts=prior-kernel" : "");
+    int used = snprintf(buf, size, "device=%s m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " out=%s scales=%s bias=%s%s",
+                        bfp8_device_name(p->device), p->m, p->n, p->k, bfp8_dtype_name(p->out_dtype),
+                        bfp8_scale_format_name(p->scale_format), p->has_bias ? bfp8_dtype_name(p->bias_dtype) : "none",
+                        p->act_from_prior_kernel ? " acts=prior-kernel" : "");
+    if (p->grouped != BFP8_GROUPED_NONE && used >= 0 && (size_t)used < size)
+        snprintf(buf + used, size - (size_t)used, " grouped=%s groups=%" PRId64 " expected_m=%" PRId64,
+                 bfp8_grouped_layout_name(p->grouped), p->groups, p->expected_m);
 }
 
 bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *dec) {
@@ -488,6 +511,7 @@ bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8
 
     pthread_mutex_lock(&d->lock);
     if (idx < d->count) d->calls[idx]++;
+    if (idx < d->count && p->grouped != BFP8_GROUPED_NONE) d->grouped_calls[idx]++;
     if (dec->fallback) {
         const char *pref = preferred_name_of(&pol, dec);
         bfp8_fallback_stat *f = NULL;
@@ -598,6 +622,16 @@ uint64_t bfp8_dispatcher_calls(bfp8_dispatcher *d, const char *backend_name) {
     return n;
 }
 
+uint64_t bfp8_dispatcher_grouped_calls(bfp8_dispatcher *d, const char *backend_name) {
+    if (!d || !backend_name) return 0;
+    uint64_t n = 0;
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; i < d->count; i++)
+        if (strcmp(d->backends[i]->name, backend_name) == 0) n = d->grouped_calls[i];
+    pthread_mutex_unlock(&d->lock);
+    return n;
+}
+
 size_t bfp8_dispatcher_fallback_count(bfp8_dispatcher *d) {
     if (!d) return 0;
     pthread_mutex_lock(&d->lock);
@@ -636,6 +670,7 @@ void bfp8_dispatcher_reset_stats(bfp8_dispatcher *d) {
     pthread_mutex_lock(&d->lock);
     memset(d->calls, 0, sizeof d->calls);
     memset(d->fallbacks, 0, sizeof d->fallbacks); /* the entries' counts too, not only the list's length */
+    memset(d->grouped_calls, 0, sizeof d->grouped_calls);
     d->fallback_count = 0;
     d->fallbacks_unrecorded = 0;
     memset(&d->nonfinite, 0, sizeof d->nonfinite);
@@ -649,8 +684,11 @@ void bfp8_dispatcher_print_stats(bfp8_dispatcher *d, FILE *out) {
     if (!d || !out) return;
     pthread_mutex_lock(&d->lock);
     fprintf(out, "dispatch stats:\n  calls:\n");
-    for (size_t i = 0; i < d->count; i++)
-        fprintf(out, "    %-14s %" PRIu64 "\n", d->backends[i]->name, d->calls[i]);
+    for (size_t i = 0; i < d->count; i++) {
+        fprintf(out, "    %-14s %" PRIu64, d->backends[i]->name, d->calls[i]);
+        if (d->grouped_calls[i]) fprintf(out, " (%" PRIu64 " grouped)", d->grouped_calls[i]);
+        fprintf(out, "\n");
+    }
     fprintf(out, "  fallbacks:%s\n", d->fallback_count ? "" : " none");
     for (size_t i = 0; i < d->fallback_count; i++) {
         const bfp8_fallback_stat *f = &d->fallbacks[i];

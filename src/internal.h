@@ -152,6 +152,19 @@ bfp8_status bfp8_parallel_for(int64_t ntasks, int max_threads, bfp8_task_fn fn, 
  * twice in any object, nothing but whitespace after it. FORMAT messages start with `what`. *out: cJSON_Delete it. */
 struct cJSON;
 bfp8_status bfp8_json_parse_object(const char *text, size_t len, const char *what, struct cJSON **out);
+/* Grouped GEMM (src/grouped.c). Validates the arguments' shapes, pointers and descriptors (not the contents of
+ * m_indices / masked_m, which may live on the device). */
+bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *args);
+/* The contents on host data: every m_indices value in [-1, G), every masked_m value in [0, max_m]. */
+bfp8_status bfp8_grouped_check_host_contents(const bfp8_grouped_gemm_args *args);
+/* Runs a validated grouped GEMM on host data as one dense call of `dense` per non-empty group, on exactly that
+ * group's rows in row order (gathered when they are not one run), so each group's bytes are the dense call's.
+ * Groups run on parallel threads (each dense call then on one) when a group's work is below
+ * `parallel_group_work` multiply-adds on average; otherwise one after the other, each dense call threaded. */
+bfp8_status bfp8_grouped_run_dense(const bfp8_backend *dense, const bfp8_grouped_gemm_args *args,
+                                   double parallel_group_work);
+/* Byte offset of group g's matrix in a descriptor that describes one of G back to back. */
+size_t bfp8_grouped_scale_stride(const bfp8_scales *s);
 
 /* Built-in backends. Each file defines one; CUDA ones register themselves only when a device exists. */
 extern const bfp8_backend bfp8_backend_ref;

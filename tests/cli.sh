@@ -642,6 +642,42 @@ expect 1 "$cli" shard --ranks 2 --mode row --weights "$tmp/wq.safetensors" --wei
 has err "no tensor 'nope'"
 expect 1 "$cli" shard --ranks 5 --mode column --n 2112 --k 7168
 has err "does not split evenly"
+# --- grouped (MoE) ---------------------------------------------------------------------------------------------
+expect 0 "$cli" explain --m 1024 --n 4096 --k 7168 --grouped contiguous --groups 8
+has out "grouped=contiguous groups=8 expected_m=128"
+has out "choice:  cpu"
+expect 1 "$cli" explain --m 128 --n 4096 --k 7168 --grouped masked --groups 8 --expected-m 16 --device cuda --arch 90 --backend hopper --strict
+has out "grouped=masked groups=8 expected_m=16"
+expect 2 "$cli" explain --m 128 --n 4096 --k 7168 --grouped masked
+has err "--grouped and --groups go together"
+expect 2 "$cli" explain --m 128 --n 4096 --k 7168 --grouped sideways --groups 2
+has err "bad --grouped"
+expect 0 "$cli" check
+has out "grouped results"
+has out "check: OK"
+expect 0 "$cli" demo --moe --device cpu --seed 5 --stats
+has out "contiguous layout"
+has out "(2 grouped)"
+has out "PASS"
+expect 0 "$cli" demo --moe --layout masked --experts 5 --top-k 3 --tokens 9 --hidden 300 --inter 256 --device cpu
+has out "masked layout"
+has out "PASS"
+expect 2 "$cli" demo --moe --inter 200
+has err "not a multiple of 128"
+expect 0 "$cli" demo --moe --help
+has out "usage: blockfp8 demo --moe"
+expect 0 "$cli" bench --grouped masked --experts 2 --tokens 1,3 --layer down --iters 1 --warmup 0 --baseline none
+has out "masked      down        2      1  cpu"
+has out "masked      down        2      3  cpu"
+expect 0 "$cli" bench --grouped contiguous --experts 2 --tokens 5 --layer down --iters 1 --warmup 0 --json "$tmp/grouped.json"
+has out "contiguous  down        2      5  cpu"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r and r[0]['layout']=='contiguous' and r[0]['tokens']==5" "$tmp/grouped.json" && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: bench --grouped --json"; }
+expect 2 "$cli" bench --grouped sideways
+has err "bad --grouped"
+expect 2 "$cli" bench --grouped masked --baseline cublaslt
+has err "does not run on cpu"
+expect 0 "$cli" bench --grouped masked --help
+has out "usage: blockfp8 bench --grouped"
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -116,11 +116,71 @@ static void test_h200_table(void) {
 }
 #endif
 
+/* The DeepSeek-R1 routed-expert layers as grouped problems, in the cells of the MoE anchor table
+ * (shared/BENCHMARKS.md): contiguous G x rows per group (m = G x rows, segments 128-aligned), masked G x tokens with
+ * max_m = max(128, round_up(2 x tokens, 128)). On the host `cpu` serves them; on the H200 `cuda_generic` is the one
+ * backend with a grouped GEMM (hopper's grouped kernel is not written yet: docs/grouped.md), and hopper and cublaslt
+ * say so. */
+typedef struct grouped_cell {
+    bfp8_grouped_layout layout;
+    int64_t groups, per_group;
+} grouped_cell;
+
+static const grouped_cell GROUPED_CELLS[] = {
+    {BFP8_GROUPED_CONTIGUOUS, 8, 128}, {BFP8_GROUPED_CONTIGUOUS, 8, 512},  {BFP8_GROUPED_CONTIGUOUS, 8, 2048},
+    {BFP8_GROUPED_CONTIGUOUS, 32, 128}, {BFP8_GROUPED_CONTIGUOUS, 32, 512}, {BFP8_GROUPED_CONTIGUOUS, 256, 128},
+    {BFP8_GROUPED_MASKED, 8, 16},       {BFP8_GROUPED_MASKED, 8, 64},       {BFP8_GROUPED_MASKED, 32, 16},
+    {BFP8_GROUPED_MASKED, 32, 64},      {BFP8_GROUPED_MASKED, 32, 128},     {BFP8_GROUPED_MASKED, 8, 256},
+};
+static const golden_row EXPERT_LAYERS[] = {
+    {"experts.gate_up", 4096, 7168, {0}},
+    {"experts.down", 7168, 2048, {0}},
+};
+
+/* The problem a bfp8_grouped_linear call poses for a cell: as layer_problem, with the grouped descriptor. */
+static bfp8_problem grouped_problem(bfp8_device device, const grouped_cell *c, const golden_row *row, bfp8_dtype out) {
+    bfp8_problem p = layer_problem(device, 0, row, out);
+    const bool masked = c->layout == BFP8_GROUPED_MASKED;
+    const int64_t max_m = bfp8_round_up(2 * c->per_group, 128) > 128 ? bfp8_round_up(2 * c->per_group, 128) : 128;
+    p.m = masked ? max_m : c->groups * c->per_group;
+    p.grouped = c->layout;
+    p.groups = c->groups;
+    p.expected_m = c->per_group;
+    p.act_from_prior_kernel = false; /* no grouped kernel starts behind the quantization */
+    return p;
+}
+
+static void test_grouped_table(const bfp8_backend *const *list, size_t count, bfp8_device device, const char *want) {
+    const bfp8_dtype outs[] = {BFP8_DTYPE_BF16, BFP8_DTYPE_F16, BFP8_DTYPE_F32};
+    char label[96];
+    for (size_t l = 0; l < sizeof EXPERT_LAYERS / sizeof EXPERT_LAYERS[0]; l++)
+        for (size_t c = 0; c < sizeof GROUPED_CELLS / sizeof GROUPED_CELLS[0]; c++)
+            for (int o = 0; o < 3; o++) {
+                const grouped_cell *cell = &GROUPED_CELLS[c];
+                bfp8_problem p = grouped_problem(device, cell, &EXPERT_LAYERS[l], outs[o]);
+                snprintf(label, sizeof label, "%s %s %lldx%lld", EXPERT_LAYERS[l].layer,
+                         bfp8_grouped_layout_name(cell->layout), (long long)cell->groups, (long long)cell->per_group);
+                expect_pin(list, count, label, &p, want);
+                /* Every backend that passes on it says why; the dense-only ones with "no grouped GEMM". */
+                for (size_t i = 0; i < count; i++) {
+                    char why[BFP8_REASON_MAX];
+                    if (!list[i]->grouped_gemm && list[i]->caps.device == device)
+                        CHECK(!bfp8_backend_check(list[i], &p, why, sizeof why) && strcmp(why, "no grouped GEMM") == 0,
+                              "%s on %s: '%s'", list[i]->name, label, why);
+                }
+            }
+}
+
 int main(void) {
     test_seed();
     test_host_table();
+    const bfp8_backend *host[] = {&bfp8_backend_cpu, &bfp8_backend_ref};
+    test_grouped_table(host, 2, BFP8_DEVICE_CPU, "cpu");
 #ifdef BFP8_WITH_CUDA
     test_h200_table();
+    const bfp8_backend *h200[] = {&bfp8_backend_cpu, &bfp8_backend_ref, bfp8_hopper_backend(), &bfp8_backend_cublaslt,
+                                  &bfp8_backend_cuda_generic};
+    test_grouped_table(h200, 5, BFP8_DEVICE_CUDA, "cuda_generic");
 #else
     printf("golden_dispatch: H200 table skipped: built without CUDA (CI builds with it)\n");
 #endif

@@ -1,7 +1,8 @@
 /* `blockfp8 bench`: times GEMM backends on the DeepSeek-R1 shapes (or given ones) against a baseline measured in
  * the same run. Every number comes from the named backend: the dispatcher runs with the strict policy, so a
  * backend that cannot run a cell reports "n/a" instead of silently timing another one.
- * `bench --model ...` is the whole-model benchmark of tools/bench_model.c. */
+ * `bench --model ...` is the whole-model benchmark of tools/bench_model.c, `bench --grouped ...` the MoE expert
+ * layers of tools/bench_grouped.c. */
 #include "cli.h"
 #include "internal.h" /* bfp8_act_layout, bfp8_first_layout, bfp8_layouts_for_format */
 
@@ -18,6 +19,7 @@ static const char USAGE[] =
     "                      [--out-dtype bf16|fp16|fp32] [--scale-format fp32|ue8m0] [--baseline NAME]\n"
     "                      [--json FILE] [--iters N] [--warmup N] [--threads N] [--seed S] [--l2 clean|dirty|keep]\n"
     "       blockfp8 bench --model dsr1 ...   (the whole-model benchmark: blockfp8 bench --model dsr1 --help)\n"
+    "       blockfp8 bench --grouped contiguous|masked ...   (the MoE expert layers: blockfp8 bench --grouped masked --help)\n"
     "\n"
     "Times y = x @ W^T on random block-quantized operands: the median of --iters runs per cell after --warmup\n"
     "untimed runs. Each backend runs through the dispatcher with the strict policy, so a cell it cannot run is\n"
@@ -78,62 +80,9 @@ static bfp8_status call_gemm(void *ctx) {
     return bfp8_gemm(c->d, c->args);
 }
 
-/* OpenBLAS is loaded with dlopen when its baseline is asked for, never linked: linked, every command would load it
- * at start (tens of ms and ~200 MB of memory), and under a memory limit its start-up retries its allocations
- * forever. BFP8_OPENBLAS names the library to load (default libopenblas.so.0, then libopenblas.so). */
-enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 }; /* the CBLAS standard's values */
-static struct {
-    void (*sgemm)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
-                  const float *b, int ldb, float beta, float *c, int ldc);
-    void (*set_num_threads)(int n);
-    char *(*get_corename)(void); /* optional */
-} openblas;
-
-/* dlsym's void * as a function pointer (POSIX guarantees the conversion; C does not, hence memcpy). */
-static bool openblas_sym(void *lib, const char *name, void *fn_ptr, size_t size) {
-    void *p = dlsym(lib, name);
-    if (p) memcpy(fn_ptr, &p, size);
-    return p != NULL;
-}
-
-static int openblas_load(const char *cmd) {
-    const char *env = getenv("BFP8_OPENBLAS");
-    const char *names[] = {env && *env ? env : "libopenblas.so.0", env && *env ? NULL : "libopenblas.so"};
-    void *lib = NULL;
-    const char *err = "";
-    for (int i = 0; i < 2 && !lib && names[i]; i++) {
-        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!lib) err = dlerror();
-    }
-    if (!lib)
-        return cli_error(CLI_FAIL, cmd,
-                         "--baseline openblas: OpenBLAS not loadable (%s): install it (Debian libopenblas0) or name "
-                         "the library in BFP8_OPENBLAS",
-                         err);
-    if (!openblas_sym(lib, "cblas_sgemm", &openblas.sgemm, sizeof openblas.sgemm) ||
-        !openblas_sym(lib, "openblas_set_num_threads", &openblas.set_num_threads, sizeof openblas.set_num_threads)) {
-        dlclose(lib);
-        return cli_error(CLI_FAIL, cmd, "--baseline openblas: %s lacks cblas_sgemm or openblas_set_num_threads",
-                         names[0]);
-    }
-    if (!openblas_sym(lib, "openblas_get_corename", &openblas.get_corename, sizeof openblas.get_corename))
-        openblas.get_corename = NULL;
-    return CLI_OK; /* kept loaded until exit */
-}
-
-static const char *openblas_core(void) {
-    const char *core = openblas.get_corename ? openblas.get_corename() : NULL;
-    return core ? core : "unknown";
-}
-
-/* OpenBLAS's worker threads spin (sched_yield) for a while after each call; let them go idle before timing
- * anything else on the same two cores. */
-static void openblas_settle(void) { nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 300000000}, NULL); }
-
 static bfp8_status call_openblas(void *ctx) {
     const bench_call *c = ctx;
-    openblas.sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)c->m, (int)c->n, (int)c->k, 1.0f, c->a_f32,
-                   (int)c->k, c->w_f32, (int)c->k, 0.0f, c->c_f32, (int)c->n);
+    cli_openblas_sgemm_nt(c->m, c->n, c->k, c->a_f32, c->w_f32, c->c_f32);
     return BFP8_OK;
 }
 
@@ -320,7 +269,7 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
             }
             base_call = (bench_call){.a_f32 = a_f32, .w_f32 = w_deq, .c_f32 = c_f32, .m = m, .n = n, .k = k};
             call_openblas(&base_call);
-            openblas_settle();
+            cli_openblas_settle();
         }
         for (int bi = 0; bi < s->nbackends && rc == CLI_OK; bi++) {
             const bfp8_backend *be = s->backends[bi];
@@ -389,13 +338,13 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
                 rc = cli_lib_error(cmd, "openblas", st);
                 goto next_m;
             }
-            openblas_settle();
+            cli_openblas_settle();
             double bytes = 4.0 * ((double)n * k + (double)m * k + (double)m * n);
             printf("%-10s %6" PRId64 " %6" PRId64 " %6" PRId64 " %10.1f %9.3f %9.1f %9s\n", "openblas", m, n, k,
                    base_us, flops / base_us * 1e-6, bytes / base_us * 1e-3, "1.00x");
             char extra[96];
             snprintf(extra, sizeof extra, "\"threads\": %d, \"openblas_core\": \"%s\"", bfp8_get_num_threads(),
-                     openblas_core());
+                     cli_openblas_core());
             json_record(&s->json, "openblas", m, n, k, BFP8_DTYPE_F32, base_us, flops, bytes, 0, extra);
         }
         for (int bi = 0; bi < s->nbackends; bi++) {
@@ -430,8 +379,11 @@ out:
 
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 || strncmp(argv[i], "--model=", 8) == 0) return cmd_bench_model(argc, argv);
+        if (strcmp(argv[i], "--grouped") == 0 || strncmp(argv[i], "--grouped=", 10) == 0)
+            return cmd_bench_grouped(argc, argv);
+    }
     bench_opts o = {.device = BFP8_DEVICE_CPU, .out_dtype = BFP8_DTYPE_BF16, .format = BFP8_SCALE_FP32,
                     .iters = -1, .warmup = -1, .threads = 0, .seed = 0, .l2 = BFP8_L2_CLEAN};
     const char *shapes = "dsr1", *ms = NULL;
@@ -497,7 +449,7 @@ int cmd_bench(int argc, char **argv) {
     if (o.baseline) {
         if (strcmp(o.baseline, "openblas") == 0) {
             if (cuda) return cli_usage_error(cmd, USAGE, "--baseline openblas is a CPU baseline (--device cpu)");
-            if ((rc = openblas_load(cmd)) != CLI_OK) return rc;
+            if ((rc = cli_openblas_load(cmd)) != CLI_OK) return rc;
         } else if (strcmp(o.baseline, "cublaslt") != 0) {
             return cli_usage_error(cmd, USAGE, "--baseline: '%s' is not openblas or cublaslt", o.baseline);
         } else if (!cuda) {
@@ -572,8 +524,8 @@ int cmd_bench(int argc, char **argv) {
     if (!cuda) printf("# cpu threads: %d\n", bfp8_get_num_threads());
     if (o.baseline && !cuda) {
         printf("# baseline openblas: cblas_sgemm on dequantized fp32 operands, core %s, %d threads\n",
-               openblas_core(), bfp8_get_num_threads());
-        openblas.set_num_threads(bfp8_get_num_threads());
+               cli_openblas_core(), bfp8_get_num_threads());
+        cli_openblas_set_threads(bfp8_get_num_threads());
     }
     printf("%-10s %6s %6s %6s %10s %9s %9s %9s\n", "backend", "M", "N", "K", "median_us", "TFLOP/s", "GB/s",
            "vs_base");

@@ -95,6 +95,15 @@ bool cli_output_is_input(const char *cmd, const char *out, const char *const *in
  * BFP8_CLI_TEST_WRITE_DELAY_MS=N waits N ms once the temp file exists, so a test can signal it there. */
 bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, size_t count);
 
+/* The OpenBLAS baseline (tools/openblas.c), loaded with dlopen on demand: cli_openblas_load prints the reason and
+ * returns CLI_FAIL when it cannot be loaded; the others need a successful load. C = A W^T in fp32 (row-major A
+ * [m, k], W [n, k], C [m, n]); the core OpenBLAS chose; a pause that lets its spinning threads go idle. */
+int cli_openblas_load(const char *cmd);
+void cli_openblas_sgemm_nt(int64_t m, int64_t n, int64_t k, const float *a, const float *w, float *c);
+void cli_openblas_set_threads(int n);
+const char *cli_openblas_core(void);
+void cli_openblas_settle(void);
+
 /* Subcommands: each takes argc/argv starting at its own name and returns an exit status. */
 int cmd_demo(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
@@ -103,6 +112,14 @@ int cmd_linear(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_shard(int argc, char **argv);
+/* The grouped part of `check` (tools/check_grouped.c): every backend of d with a grouped GEMM through its strict
+ * dispatcher strict[i] (same order as d) against `ref`; sets *any_fail on a failure. */
+int check_grouped(bfp8_dispatcher *d, bfp8_dispatcher **strict, const char *only, uint64_t seed, bool verbose,
+                  bool *any_fail);
+/* `demo --moe` (tools/demo_moe.c); cmd_demo hands over when it sees --moe. */
+int cmd_demo_moe(int argc, char **argv);
+/* `bench --grouped` (tools/bench_grouped.c); main hands over when `bench` has --grouped. */
+int cmd_bench_grouped(int argc, char **argv);
 /* `bench --model dsr1` (tools/bench_model.c); cmd_bench hands over when it sees --model. */
 int cmd_bench_model(int argc, char **argv);
 

@@ -19,6 +19,9 @@ static const char usage[] =
     "SUPPORTED per backend; exits 1 on any FAIL. Tolerances (relative Frobenius error vs ref, DESIGN section 3):\n"
     "bf16 8e-3, fp16 1e-3, fp32 2.5e-4 (1e-5 for CPU backends). `ref` itself is checked against an fp64 product\n"
     "of the dequantized operands.\n"
+    "Then the grouped (MoE) GEMM of every backend that has one, on contiguous (128-aligned and scattered rows,\n"
+    "G = 256) and masked (masked_m from 0 to max_m) problems: the same tolerances, every used row written and\n"
+    "every unused one (padding, beyond masked_m) left as it was.\n"
     "  --seed S          replay a run (default: a fresh seed, printed)\n"
     "  --backend NAME    check only NAME\n"
     "  --verbose         one line per case\n";
@@ -431,6 +434,7 @@ int cmd_check(int argc, char **argv) {
         if (only && strcmp(name, only) != 0) continue;
         printf("  %-14s %-13s unavailable here: %s\n", name, "NOT SUPPORTED", why);
     }
+    check_grouped(d, strict, only, seed, verbose, &any_fail);
     printf("%s\n", any_fail ? "check: FAIL" : "check: OK");
     rc = any_fail ? CLI_FAIL : CLI_OK;
 

@@ -11,6 +11,7 @@
 static const char usage[] =
     "usage: blockfp8 demo [--m M] [--n N] [--k K] [--out-dtype bf16|fp16|fp32] [--scale-format fp32|ue8m0]\n"
     "                     [--device auto|cpu|cuda] [--seed S]\n"
+    "       blockfp8 demo --moe [...]   (a mixture-of-experts layer: blockfp8 demo --moe --help)\n"
     "\n"
     "Builds a linear layer from random weights (default: DeepSeek-R1's fused q_a+kv_a projection, M=16 tokens,\n"
     "N=2112, K=7168), quantizes it to block FP8, runs bfp8_linear on the backend the default dispatcher chooses\n"
@@ -83,6 +84,8 @@ int cmd_demo(int argc, char **argv) {
     const char *device_arg = "auto";
     int rc;
 
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--moe") == 0) return cmd_demo_moe(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (cli_is_help(argv[i])) {

@@ -9,6 +9,7 @@ static const char usage[] =
     "usage: blockfp8 explain --m M --n N --k K [--out-dtype bf16|fp16|fp32] [--scale-format fp32|ue8m0]\n"
     "                        [--device cpu|cuda] [--arch SM] [--bias] [--bias-dtype fp32|bf16|fp16]\n"
     "                        [--gemm] [--backend NAME] [--strict]\n"
+    "                        [--grouped contiguous|masked --groups G [--expected-m E]]\n"
     "\n"
     "Prints every registered backend with \"ok\" or the reason it cannot run the problem, the backends built in\n"
     "but unavailable here, and the one the policy chooses. The problem is the one a linear call poses (activations\n"
@@ -22,7 +23,11 @@ static const char usage[] =
     "  --bias            the layer has a bias (dtype from --bias-dtype, default fp32)\n"
     "  --gemm            a plain GEMM call instead: the activations arrive quantized (no kernel to start behind)\n"
     "  --backend NAME    prefer NAME (default policy: auto, or BFP8_BACKEND)\n"
-    "  --strict          NAME or nothing: exit 1 with the reason when NAME cannot run the problem\n";
+    "  --strict          NAME or nothing: exit 1 with the reason when NAME cannot run the problem\n"
+    "  --grouped LAYOUT  a grouped (MoE) GEMM of G weights [N,K]: contiguous (M = all rows of A, padding\n"
+    "                    included) or masked (M = max_m, the rows of one group's buffer); see docs/grouped.md\n"
+    "  --groups G        the number of groups (experts)\n"
+    "  --expected-m E    rows per group that carry data, a hint (default M/G for contiguous, M for masked)\n";
 
 int cmd_explain(int argc, char **argv) {
     const char *cmd = "explain";
@@ -31,6 +36,8 @@ int cmd_explain(int argc, char **argv) {
     bfp8_scale_format format = BFP8_SCALE_FP32;
     bfp8_device device = BFP8_DEVICE_CPU;
     bool has_bias = false, strict = false, gemm = false;
+    bfp8_grouped_layout grouped = BFP8_GROUPED_NONE;
+    int64_t groups = 0, expected_m = 0;
     const char *backend = NULL;
     int rc;
 
@@ -66,6 +73,13 @@ int cmd_explain(int argc, char **argv) {
         } else if (cli_opt(argc, argv, &i, "--device", &v)) {
             if (!v || bfp8_device_parse(v, &device) != BFP8_OK)
                 return cli_usage_error(cmd, usage, "bad --device '%s' (cpu or cuda)", v ? v : "");
+        } else if (cli_opt(argc, argv, &i, "--grouped", &v)) {
+            if (!v || bfp8_grouped_layout_parse(v, &grouped) != BFP8_OK || grouped == BFP8_GROUPED_NONE)
+                return cli_usage_error(cmd, usage, "bad --grouped '%s' (contiguous or masked)", v ? v : "");
+        } else if (cli_opt(argc, argv, &i, "--groups", &v)) {
+            if ((rc = cli_want_i64(cmd, usage, "--groups", v, 1, CLI_MAX_DIM, &groups))) return rc;
+        } else if (cli_opt(argc, argv, &i, "--expected-m", &v)) {
+            if ((rc = cli_want_i64(cmd, usage, "--expected-m", v, 0, CLI_MAX_DIM, &expected_m))) return rc;
         } else if (cli_opt(argc, argv, &i, "--backend", &v)) {
             if (!v || !*v) return cli_usage_error(cmd, usage, "--backend needs a name");
             backend = v;
@@ -75,6 +89,8 @@ int cmd_explain(int argc, char **argv) {
     }
     if (m < 0 || n < 0 || k < 0) return cli_usage_error(cmd, usage, "--m, --n and --k are required");
     if (strict && !backend) return cli_usage_error(cmd, usage, "--strict needs --backend NAME");
+    if ((grouped != BFP8_GROUPED_NONE) != (groups > 0))
+        return cli_usage_error(cmd, usage, "--grouped and --groups go together");
 
     bfp8_dispatcher *d = cli_default_dispatcher(cmd);
     if (!d) return CLI_FAIL;
@@ -93,6 +109,12 @@ int cmd_explain(int argc, char **argv) {
     bfp8_problem p;
     cli_linear_problem(&p, device, (int)arch, m, n, k, out_dtype, format, NULL, has_bias, bias_dtype);
     if (gemm) p.act_from_prior_kernel = false;
+    if (grouped != BFP8_GROUPED_NONE) {
+        p.grouped = grouped;
+        p.groups = groups;
+        p.expected_m = expected_m ? expected_m : grouped == BFP8_GROUPED_MASKED ? m : (m + groups - 1) / groups;
+        p.act_from_prior_kernel = false; /* no grouped kernel starts behind the quantization */
+    }
 
     st = bfp8_dispatcher_explain(d, &p, stdout);
     fflush(stdout);

@@ -343,6 +343,9 @@ static bfp8_status cpu_gemm(const bfp8_backend *self, const bfp8_gemm_args *args
     for (int64_t nb = 0; nb < nblocks; nb++)
         for (int64_t kb = 0; kb < plan.sld; kb++)
             sb[nb * plan.sld + kb] = kb < plan.kblocks ? bfp8_scales_get(&args->b_scales, nb, kb) : 0.0f;
+    /* K = 0 has no blocks, yet the M = 1 short-K kernel still multiplies 4 scales by its zero sums: zeros, not
+     * whatever the allocation held (an inf or NaN there would turn the bias-only output into NaN). */
+    if (plan.kblocks == 0) memset(sa, 0, 16 * sizeof(float)), memset(sb, 0, 16 * sizeof(float));
     plan.sa = sa;
     plan.sb = sb;
     /* Waking the pool costs microseconds: tiny problems run on the calling thread. (The split never changes a
@@ -356,6 +359,18 @@ static bfp8_status cpu_gemm(const bfp8_backend *self, const bfp8_gemm_args *args
     free(sa);
     free(sb);
     return st;
+}
+
+/* A group's bytes are the dense call's on its rows: one dense call per group. Groups below this many
+ * multiply-adds on average run side by side on the threads (each dense call then on one); larger ones one after
+ * the other, each threaded along N as a dense call is. */
+#define CPU_GROUP_PARALLEL_WORK ((double)(1 << 24))
+
+static bfp8_status cpu_grouped_gemm(const bfp8_backend *self, const bfp8_grouped_gemm_args *args) {
+    if (args->device != BFP8_DEVICE_CPU)
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "cpu: the data is on %s, not in host memory",
+                         bfp8_device_name(args->device));
+    return bfp8_grouped_run_dense(self, args, CPU_GROUP_PARALLEL_WORK);
 }
 
 #define CPU_FLOAT_DTYPES (BFP8_BIT(BFP8_DTYPE_F32) | BFP8_BIT(BFP8_DTYPE_BF16) | BFP8_BIT(BFP8_DTYPE_F16))
@@ -372,6 +387,8 @@ const bfp8_backend bfp8_backend_cpu = {
             .b_layouts = (1u << BFP8_LAYOUT_COUNT) - 1,
             .bias_dtypes = CPU_FLOAT_DTYPES,
             .priority = 10,
+            .grouped_layouts = BFP8_BIT(BFP8_GROUPED_CONTIGUOUS) | BFP8_BIT(BFP8_GROUPED_MASKED),
         },
     .gemm = cpu_gemm,
+    .grouped_gemm = cpu_grouped_gemm,
 };

@@ -35,6 +35,11 @@ static bfp8_status ref_gemm(const bfp8_backend *self, const bfp8_gemm_args *a) {
     return BFP8_OK;
 }
 
+/* Per group exactly the dense reference on that group's rows (groups on parallel threads: each is serial). */
+static bfp8_status ref_grouped_gemm(const bfp8_backend *self, const bfp8_grouped_gemm_args *a) {
+    return bfp8_grouped_run_dense(self, a, 1e300);
+}
+
 const bfp8_backend bfp8_backend_ref = {
     .name = "ref",
     .summary = "scalar reference: double accumulation, one rounding (the oracle)",
@@ -47,6 +52,8 @@ const bfp8_backend bfp8_backend_ref = {
             .b_layouts = (1u << BFP8_LAYOUT_COUNT) - 1,
             .bias_dtypes = BFP8_BIT(BFP8_DTYPE_F32) | BFP8_BIT(BFP8_DTYPE_BF16) | BFP8_BIT(BFP8_DTYPE_F16),
             .priority = 0,
+            .grouped_layouts = BFP8_BIT(BFP8_GROUPED_CONTIGUOUS) | BFP8_BIT(BFP8_GROUPED_MASKED),
         },
     .gemm = ref_gemm,
+    .grouped_gemm = ref_grouped_gemm,
 };

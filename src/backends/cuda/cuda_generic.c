@@ -4,6 +4,7 @@
  * partials in stream-ordered scratch). It never runs another backend's kernel: the dispatcher picks hopper or
  * cublaslt where they are faster, and a fallback to this one shows what that costs. */
 #include "cuda_glue.h"
+#include "cuda_grouped.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +63,11 @@ const bfp8_backend bfp8_backend_cuda_generic = {
             .max_k = (int64_t)1 << 24,
             /* The last resort on the GPU: below hopper and cublaslt, which are faster where they run. */
             .priority = 20,
+            .grouped_layouts = BFP8_BIT(BFP8_GROUPED_CONTIGUOUS) | BFP8_BIT(BFP8_GROUPED_MASKED),
+            .max_groups = BFP8_CUDA_GROUPED_MAX_GROUPS,
         },
     .supports = NULL,
     .gemm = generic_gemm,
     .ctx = NULL,
+    .grouped_gemm = bfp8_cuda_generic_grouped_gemm, /* cuda_generic_grouped.c */
 };

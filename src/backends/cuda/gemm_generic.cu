@@ -8,9 +8,17 @@
  * partial is promoted into the fp32 total with the two scales. Out-of-range rows and K bytes are zero-filled in
  * shared memory, so partial blocks are exact. Small M splits K across CTAs (fp32 partials in a workspace, reduced
  * in a fixed order by a second kernel that also adds the bias and rounds once). K % 16 != 0 or unaligned pointers
- * take a byte-load path (correct, slower). */
+ * take a byte-load path (correct, slower).
+ *
+ * Grouped (MoE) problems run the same tile code with a group index (docs/grouped.md): masked, group g = grid z, its
+ * row count read from masked_m on the device (tiles past it return at once, rows past it are never stored);
+ * contiguous, the tiles cover all rows and each tile makes one pass per expert among its rows (found on the
+ * device), storing only that expert's rows, so any order of rows is right and 128-aligned segments (DeepGEMM's
+ * layout) take one pass per tile. No split-K for grouped problems. */
+#include <climits>
 #include <cuda_runtime.h>
 
+#include "cuda_grouped.h"
 #include "fp8_math.cuh"
 
 namespace {
@@ -125,9 +133,17 @@ __device__ __forceinline__ float load_bias(const void *bias, int dtype, int64_t 
     return bias ? bfp8_dev_load_f32(bias, dtype, n) : 0.0f;
 }
 
-template <int BM, int BN, int WM, int WN, int STAGES, bool ALIGNED>
-__global__ void __launch_bounds__(WM *WN * 32, 1)
-    gemm_generic_kernel(bfp8_cuda_gemm_desc d, int kb_per_split, float *__restrict__ ws) {
+/* The grouping of a tile: a dense GEMM, or the bfp8_grouped_layout values. */
+constexpr int kDense = 0, kContiguous = 1, kMasked = 2;
+
+__device__ __forceinline__ size_t dtype_bytes(int dtype) { return dtype == 0 ? 4 : 2; }
+
+/* One pass over K for a tile, with d's pointers at the pass's group. Rows at or past rows_valid, and for a
+ * contiguous pass the rows of other experts, are computed on what was loaded and never stored. */
+template <int BM, int BN, int WM, int WN, int STAGES, bool ALIGNED, int GM>
+__device__ __forceinline__ void tile_pass(const bfp8_cuda_gemm_desc &d, const bfp8_cuda_grouped_desc &gd, int64_t m0,
+                                          int64_t n0, int64_t rows_valid, int64_t kb_begin, int nk,
+                                          float *__restrict__ ws, int expert) {
     constexpr int THREADS = WM * WN * 32;
     constexpr int WTM = BM / WM, WTN = BN / WN;
     constexpr int MT = WTM / 16, NT = WTN / 8;
@@ -138,24 +154,7 @@ __global__ void __launch_bounds__(WM *WN * 32, 1)
     extern __shared__ __align__(128) uint8_t smem[];
 
     const int64_t M = d.m, N = d.n, K = d.k;
-    const int64_t kblocks = (K + kBK - 1) / kBK;
-    const int64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-
-    /* Grouped rasterization of the linear tile index. */
-    const int64_t tile = blockIdx.x;
-    const int64_t per_group = (int64_t)kGroupM * tiles_n;
-    const int64_t first_m = (tile / per_group) * kGroupM;
-    const int64_t group_rows = tiles_m - first_m < kGroupM ? tiles_m - first_m : kGroupM;
-    const int64_t tm = first_m + (tile % per_group) % group_rows;
-    const int64_t tn = (tile % per_group) / group_rows;
-    const int64_t m0 = tm * BM, n0 = tn * BN;
-
     const int split = blockIdx.y;
-    const int64_t kb_begin = (int64_t)split * kb_per_split;
-    int64_t kb_end = kb_begin + kb_per_split;
-    if (kb_end > kblocks) kb_end = kblocks;
-    const int nk = kb_end > kb_begin ? (int)(kb_end - kb_begin) : 0;
-
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wm = warp / WN, wn = warp % WN;
     const int g = lane >> 2, t = lane & 3;
@@ -170,7 +169,7 @@ __global__ void __launch_bounds__(WM *WN * 32, 1)
 
     TileLoader<BM, THREADS> a_loader;
     TileLoader<BN, THREADS> b_loader;
-    a_loader.init(d.a, M, K, m0);
+    a_loader.init(d.a, rows_valid, K, m0);
     b_loader.init(d.b, N, K, n0);
     auto load_stage = [&](int slot, int64_t kb) {
         uint8_t *tile = smem + slot * STAGE_BYTES;
@@ -184,14 +183,17 @@ __global__ void __launch_bounds__(WM *WN * 32, 1)
         cp_async_commit();
     }
 
-    /* Rows of this thread's fragments (clamped: rows past M are computed on zeros and never stored). */
+    /* Rows of this thread's fragments (clamped: rows past the last are computed on zeros and never stored). */
     int64_t rows[MT][2];
+    [[maybe_unused]] bool store_row[MT][2]; /* grouped: the row exists and (contiguous) is this pass's expert's */
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int64_t r = m0 + wm * WTM + i * 16 + g + h * 8;
-            rows[i][h] = r < M ? r : M - 1;
+            rows[i][h] = r < rows_valid ? r : rows_valid - 1;
+            if constexpr (GM != kDense) store_row[i][h] = r < rows_valid;
+            if constexpr (GM == kContiguous) store_row[i][h] = store_row[i][h] && __ldg(gd.m_indices + r) == expert;
         }
     const int64_t nblk = n0 / 128;
 
@@ -296,7 +298,11 @@ __global__ void __launch_bounds__(WM *WN * 32, 1)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int64_t row = m0 + wm * WTM + i * 16 + g + h * 8;
-            if (row >= M) continue;
+            if constexpr (GM == kDense) {
+                if (row >= M) continue;
+            } else if (!store_row[i][h]) {
+                continue;
+            }
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 const int64_t col = n0 + wn * WTN + j * 8 + 2 * t;
@@ -332,6 +338,90 @@ __global__ void __launch_bounds__(WM *WN * 32, 1)
         }
 }
 
+/* One output tile (all of a CTA's work). GM != kDense: a grouped problem (cuda_grouped.h), d holding group 0's
+ * pointers. */
+template <int BM, int BN, int WM, int WN, int STAGES, bool ALIGNED, int GM>
+__device__ __forceinline__ void gemm_tile(bfp8_cuda_gemm_desc d, int kb_per_split, float *__restrict__ ws,
+                                          const bfp8_cuda_grouped_desc &gd) {
+    constexpr int THREADS = WM * WN * 32;
+
+    const int64_t M = d.m, N = d.n, K = d.k;
+    const int64_t kblocks = (K + kBK - 1) / kBK;
+    const int64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+
+    /* Grouped rasterization of the linear tile index. */
+    const int64_t tile = blockIdx.x;
+    const int64_t per_group = (int64_t)kGroupM * tiles_n;
+    const int64_t first_m = (tile / per_group) * kGroupM;
+    const int64_t group_rows = tiles_m - first_m < kGroupM ? tiles_m - first_m : kGroupM;
+    const int64_t tm = first_m + (tile % per_group) % group_rows;
+    const int64_t tn = (tile % per_group) / group_rows;
+    const int64_t m0 = tm * BM, n0 = tn * BN;
+
+    /* The rows that exist: M, or for a masked group the count read from masked_m (clamped to [0, max_m], so no
+     * value there makes the kernel write outside the group's rows). */
+    int64_t rows_valid = M;
+    if constexpr (GM == kMasked) {
+        const int64_t grp = blockIdx.z;
+        const int64_t mg = __ldg(gd.masked_m + grp);
+        rows_valid = mg < 0 ? 0 : mg > M ? M : mg;
+        if (m0 >= rows_valid) return;
+        d.a += grp * M * K;
+        d.b += grp * N * K;
+        d.sa.data = (char *)d.sa.data + grp * gd.a_group_bytes;
+        d.sb.data = (char *)d.sb.data + grp * gd.b_group_bytes;
+        if (d.bias) d.bias = (const char *)d.bias + (size_t)(grp * N) * dtype_bytes(d.bias_dtype);
+        d.y = (char *)d.y + (size_t)(grp * M * N) * dtype_bytes(d.y_dtype);
+    }
+
+    const int split = blockIdx.y;
+    const int64_t kb_begin = (int64_t)split * kb_per_split;
+    int64_t kb_end = kb_begin + kb_per_split;
+    if (kb_end > kblocks) kb_end = kblocks;
+    const int nk = kb_end > kb_begin ? (int)(kb_end - kb_begin) : 0;
+
+    if constexpr (GM != kContiguous) {
+        tile_pass<BM, BN, WM, WN, STAGES, ALIGNED, GM>(d, gd, m0, n0, rows_valid, kb_begin, nk, ws, -1);
+    } else {
+        /* One pass per expert among the tile's rows, in increasing order (one pass for a tile inside a 128-aligned
+         * segment). Indices outside [0, groups) are never taken, so those rows are never written. */
+        __shared__ int next_expert;
+        const uint8_t *const b_group0 = d.b;
+        void *const sb_group0 = d.sb.data;
+        const void *const bias_group0 = d.bias;
+        for (int expert = -1;;) {
+            __syncthreads(); /* the previous pass is done with shared memory and with next_expert */
+            if (threadIdx.x == 0) next_expert = INT_MAX;
+            __syncthreads();
+            for (int r = threadIdx.x; r < BM && m0 + r < M; r += THREADS) {
+                const int e = __ldg(gd.m_indices + m0 + r);
+                if (e > expert && e < gd.groups) atomicMin(&next_expert, e);
+            }
+            __syncthreads();
+            if (next_expert == INT_MAX) return;
+            expert = next_expert;
+            d.b = b_group0 + expert * N * K;
+            d.sb.data = (char *)sb_group0 + expert * gd.b_group_bytes;
+            if (bias_group0) d.bias = (const char *)bias_group0 + (size_t)(expert * N) * dtype_bytes(d.bias_dtype);
+            tile_pass<BM, BN, WM, WN, STAGES, ALIGNED, GM>(d, gd, m0, n0, rows_valid, kb_begin, nk, ws, expert);
+        }
+    }
+}
+
+
+template <int BM, int BN, int WM, int WN, int STAGES, bool ALIGNED>
+__global__ void __launch_bounds__(WM *WN * 32, 1)
+    gemm_generic_kernel(bfp8_cuda_gemm_desc d, int kb_per_split, float *__restrict__ ws) {
+    gemm_tile<BM, BN, WM, WN, STAGES, ALIGNED, kDense>(d, kb_per_split, ws, bfp8_cuda_grouped_desc{});
+}
+
+/* Grouped: masked groups are grid z; the whole K in one CTA (no split). */
+template <int BM, int BN, int WM, int WN, int STAGES, bool ALIGNED, int GM>
+__global__ void __launch_bounds__(WM *WN * 32, 1)
+    gemm_grouped_kernel(bfp8_cuda_gemm_desc d, int kb_per_split, bfp8_cuda_grouped_desc gd) {
+    gemm_tile<BM, BN, WM, WN, STAGES, ALIGNED, GM>(d, kb_per_split, nullptr, gd);
+}
+
 /* Sums the split-K partials in split order, adds the bias and rounds once. */
 __global__ void splitk_reduce_kernel(const float *__restrict__ ws, int splits, int64_t m, int64_t n,
                                      const void *bias, int bias_dtype, void *y, int y_dtype) {
@@ -345,17 +435,25 @@ __global__ void splitk_reduce_kernel(const float *__restrict__ ws, int splits, i
     }
 }
 
+typedef void (*grouped_kernel_fn)(bfp8_cuda_gemm_desc, int, bfp8_cuda_grouped_desc);
+
 struct Config {
     int bm, bn, stages, threads;
     void (*aligned)(bfp8_cuda_gemm_desc, int, float *);
     void (*unaligned)(bfp8_cuda_gemm_desc, int, float *);
+    grouped_kernel_fn grouped[2][2]; /* [masked][aligned] */
     int smem() const { return stages * (bm + bn) * kBK; }
 };
 
 #define BFP8_CFG(BM, BN, WM, WN, ST)                                                                              \
     Config {                                                                                                     \
         BM, BN, ST, WM *WN * 32, gemm_generic_kernel<BM, BN, WM, WN, ST, true>,                                  \
-            gemm_generic_kernel<BM, BN, WM, WN, ST, false>                                                       \
+            gemm_generic_kernel<BM, BN, WM, WN, ST, false>, {                                                    \
+            {gemm_grouped_kernel<BM, BN, WM, WN, ST, false, kContiguous>,                                        \
+             gemm_grouped_kernel<BM, BN, WM, WN, ST, true, kContiguous>},                                        \
+                {gemm_grouped_kernel<BM, BN, WM, WN, ST, false, kMasked>,                                        \
+                 gemm_grouped_kernel<BM, BN, WM, WN, ST, true, kMasked>}                                         \
+        }                                                                                                        \
     }
 
 /* Tile configs, largest first. Warp tiles: 64x32, 32x64, 32x32, 16x32. */
@@ -435,5 +533,37 @@ extern "C" int bfp8_cuda_generic_launch(const bfp8_cuda_gemm_desc *d, const bfp8
     splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(workspace, plan->splits, d->m, d->n,
                                                                              d->bias, d->bias_dtype, d->y,
                                                                              d->y_dtype);
+    return (int)cudaGetLastError();
+}
+
+/* Grouped: the tile height from the rows a group is expected to carry (masked: masked_m; contiguous: a segment),
+ * the largest tile where enough of them fill the SMs; no split-K (it would need a workspace of every group's rows
+ * and a reduction that reads masked_m again; the groups' tiles usually fill the SMs by themselves). */
+extern "C" int bfp8_cuda_generic_grouped_launch(const bfp8_cuda_gemm_desc *d, const bfp8_cuda_grouped_desc *g,
+                                                int num_sms, void *stream) {
+    const bool masked = g->layout == kMasked;
+    if ((g->layout != kMasked && g->layout != kContiguous) || g->groups < 1 ||
+        g->groups > BFP8_CUDA_GROUPED_MAX_GROUPS)
+        return (int)cudaErrorInvalidValue;
+    if (d->m == 0 || d->n == 0) return 0;
+    const int64_t per = g->expected_m > 0 ? g->expected_m : masked ? d->m : cdiv(d->m, g->groups);
+    int cfg;
+    if (per <= 16)
+        cfg = 3;
+    else if (per <= 32)
+        cfg = 2;
+    else if (per <= 64)
+        cfg = 1;
+    else
+        cfg = (masked ? g->groups * cdiv(per, 128) : cdiv(d->m, 128)) * cdiv(d->n, 128) >= num_sms ? 0 : 1;
+    const Config &c = kConfigs[cfg];
+    const bool aligned = d->k % 16 == 0 && ((uintptr_t)d->a % 16) == 0 && ((uintptr_t)d->b % 16) == 0;
+    grouped_kernel_fn kernel = c.grouped[masked][aligned];
+    cudaError_t err = cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem());
+    if (err != cudaSuccess) return (int)err;
+    const int64_t tiles = cdiv(d->m, c.bm) * cdiv(d->n, c.bn), kblocks = cdiv(d->k, kBK);
+    if (tiles > 0x7FFFFFFFLL) return (int)cudaErrorInvalidConfiguration;
+    dim3 grid((unsigned)tiles, 1, masked ? (unsigned)g->groups : 1u);
+    kernel<<<grid, c.threads, c.smem(), (cudaStream_t)stream>>>(*d, (int)(kblocks ? kblocks : 1), *g);
     return (int)cudaGetLastError();
 }

@@ -1,0 +1,511 @@
+/* Grouped (MoE) GEMM on the GPU (cuda_generic's grouped kernel): against the reference on fresh random data for
+ * both layouts, every output dtype, both scale formats and every scale layout, ragged N/K, bias; rows that must stay
+ * unwritten (padding, beyond masked_m) and a guard after the output; what the device does with bad contents
+ * (masked_m > max_m or < 0, indices outside [-1, G)); the dense mma.sync kernel's bytes where it runs without a K
+ * split; a CUDA graph of a masked call replayed with masked_m changed between replays; the grouped linear layer.
+ *
+ * Without a device it checks that grouped CUDA calls say why and prints "cuda_grouped: skipped: <why>";
+ * BFP8_REQUIRE_CUDA=1 turns a missing device into a failure. */
+#include "check.h"
+#include "internal.h"
+
+#ifdef BFP8_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#define POISON 0xFF
+#define GUARD 4096 /* poisoned bytes after every output: a write past the end shows */
+
+static void *dev_upload(const void *host, size_t bytes) {
+    void *p = NULL;
+    CHECK_OK(bfp8_cuda_malloc(&p, bytes ? bytes : 1));
+    if (p && bytes) CHECK_OK(bfp8_cuda_upload(p, host, bytes));
+    return p;
+}
+
+/* One grouped problem on the host (row-major scales), as in test_grouped.c. */
+typedef struct gcase {
+    bfp8_grouped_layout layout;
+    int64_t groups, m, n, k, kb, nb, rows;
+    bfp8_scale_format format;
+    uint8_t *qa, *qb;
+    float *sa, *sb;
+    int32_t *idx, *masked_m;
+    float *bias;
+} gcase;
+
+/* The group of a row as the device must treat it: masked_m clamped to [0, max_m], indices outside [0, G) unused. */
+static int32_t row_group(const gcase *c, int64_t r) {
+    if (c->layout == BFP8_GROUPED_MASKED) {
+        const int64_t g = r / c->m, mg = c->masked_m[g] < 0 ? 0 : c->masked_m[g] > c->m ? c->m : c->masked_m[g];
+        return r % c->m < mg ? (int32_t)g : -1;
+    }
+    return c->idx[r] >= 0 && c->idx[r] < c->groups ? c->idx[r] : -1;
+}
+
+typedef enum pattern { PAT_ALIGNED, PAT_SCATTERED, PAT_PADDING, PAT_MASKED } pattern;
+
+static gcase make_case(bfp8_grouped_layout layout, int64_t groups, int64_t m, int64_t n, int64_t k,
+                       bfp8_scale_format format, pattern pat) {
+    gcase c = {.layout = layout, .groups = groups, .m = m, .n = n, .k = k, .format = format};
+    c.kb = (k + 127) / 128;
+    c.nb = (n + 127) / 128;
+    c.rows = layout == BFP8_GROUPED_MASKED ? groups * m : m;
+    float *a = malloc(sizeof(float) * (size_t)(c.rows * k + 1)), *b = malloc(sizeof(float) * (size_t)(groups * n * k + 1));
+    c.qa = malloc((size_t)(c.rows * k + 1));
+    c.qb = malloc((size_t)(groups * n * k + 1));
+    c.sa = malloc(sizeof(float) * (size_t)(c.rows * c.kb + 1));
+    c.sb = malloc(sizeof(float) * (size_t)(groups * c.nb * c.kb + 1));
+    c.idx = malloc(sizeof(int32_t) * (size_t)(m + 1));
+    c.masked_m = malloc(sizeof(int32_t) * (size_t)(groups + 1));
+    c.bias = malloc(sizeof(float) * (size_t)(groups * n + 1));
+    for (int64_t r = 0; r < c.rows; r++) {
+        float s = ldexpf(1.0f, (int)(test_rand_u64() % 9) - 4);
+        for (int64_t j = 0; j < k; j++) a[r * k + j] = test_randn(s);
+    }
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t i = 0; i < n; i++) {
+            float s = ldexpf(1.0f, (int)((g + test_rand_u64() % 3) % 7) - 3) / sqrtf((float)(k ? k : 1));
+            for (int64_t j = 0; j < k; j++) b[(g * n + i) * k + j] = test_randn(s);
+        }
+    for (int64_t i = 0; i < groups * n; i++) c.bias[i] = test_randn(0.5f);
+    bfp8_scales s;
+    CHECK_OK(bfp8_scales_init(&s, format, BFP8_LAYOUT_ROW_MAJOR, c.rows, c.kb, c.sa));
+    CHECK_OK(bfp8_quantize_act(a, BFP8_DTYPE_F32, c.rows, k, c.qa, &s, NULL));
+    for (int64_t g = 0; g < groups; g++) {
+        CHECK_OK(bfp8_scales_init(&s, format, BFP8_LAYOUT_ROW_MAJOR, c.nb, c.kb, c.sb + g * c.nb * c.kb));
+        CHECK_OK(bfp8_quantize_weight(b + g * n * k, BFP8_DTYPE_F32, n, k, c.qb + g * n * k, &s, NULL));
+    }
+    if (pat == PAT_MASKED) {
+        for (int64_t g = 0; g < groups; g++)
+            c.masked_m[g] = g == 0 ? 0 : g == 1 ? (int32_t)m : (int32_t)(test_rand_u64() % (uint64_t)(m + 1));
+    } else if (pat == PAT_ALIGNED) {
+        /* DeepGEMM's layout: segments in group order padded with -1 to 128 rows; group 1 empty. */
+        int64_t r = 0;
+        for (int64_t g = 0; g < groups && r < m; g++) {
+            const int64_t cnt = g == 1 ? 0 : 1 + (int64_t)(test_rand_u64() % 200);
+            for (int64_t i = 0; i < cnt && r < m; i++) c.idx[r++] = (int32_t)g;
+            while (r < m && r % 128) c.idx[r++] = -1;
+        }
+        while (r < m) c.idx[r++] = -1;
+    } else {
+        for (int64_t r = 0; r < m; r++)
+            c.idx[r] = pat == PAT_PADDING ? -1 : (int32_t)(test_rand_u64() % (uint64_t)(groups + 1)) - 1;
+    }
+    free(a), free(b);
+    return c;
+}
+
+static void free_case(gcase *c) {
+    free(c->qa), free(c->qb), free(c->sa), free(c->sb), free(c->idx), free(c->masked_m), free(c->bias);
+}
+
+static void *scales_to(const float *row_major, int64_t mats, int64_t rows, int64_t kb, bfp8_scale_format format,
+                       bfp8_scale_layout layout, bfp8_scales *desc, size_t *bytes) {
+    const size_t one = bfp8_scales_bytes(layout, rows, kb);
+    char *buf = calloc(1, one * (size_t)mats + 1);
+    for (int64_t i = 0; i < mats; i++) {
+        bfp8_scales src, dst;
+        CHECK_OK(bfp8_scales_init(&src, format, BFP8_LAYOUT_ROW_MAJOR, rows, kb, (void *)(row_major + i * rows * kb)));
+        CHECK_OK(bfp8_scales_init(&dst, format, layout, rows, kb, buf + (size_t)i * one));
+        CHECK_OK(bfp8_scales_convert(&src, &dst));
+    }
+    CHECK_OK(bfp8_scales_init(desc, format, layout, rows, kb, buf));
+    *bytes = one * (size_t)mats;
+    return buf;
+}
+
+static bfp8_dispatcher *strict_dispatcher(const char *name) {
+    bfp8_dispatcher *d = NULL;
+    CHECK_OK(bfp8_dispatcher_create_default(&d));
+    if (d) CHECK_OK(bfp8_dispatcher_set_policy(d, BFP8_POLICY_STRICT, name));
+    return d;
+}
+
+/* The reference output of a case (host, strict ref), with the clamped contents the device applies. */
+static void *ref_output(const gcase *c, bfp8_dtype out, const void *bias, bfp8_dtype bias_dtype) {
+    const size_t ybytes = (size_t)(c->rows * c->n) * bfp8_dtype_size(out);
+    void *y = malloc(ybytes + 1);
+    memset(y, POISON, ybytes);
+    int32_t *clamped = malloc(sizeof(int32_t) * (size_t)(c->layout == BFP8_GROUPED_MASKED ? c->groups : c->m) + 4);
+    if (c->layout == BFP8_GROUPED_MASKED)
+        for (int64_t g = 0; g < c->groups; g++)
+            clamped[g] = c->masked_m[g] < 0 ? 0 : c->masked_m[g] > c->m ? (int32_t)c->m : c->masked_m[g];
+    else
+        for (int64_t r = 0; r < c->m; r++) clamped[r] = row_group(c, r);
+    bfp8_grouped_gemm_args a = {.layout = c->layout, .groups = c->groups, .m = c->m, .n = c->n, .k = c->k,
+                                .a = c->qa, .b = c->qb, .m_indices = clamped, .masked_m = clamped, .bias = bias,
+                                .bias_dtype = bias_dtype, .y = y, .y_dtype = out, .device = BFP8_DEVICE_CPU};
+    bfp8_scales_init(&a.a_scales, c->format, BFP8_LAYOUT_ROW_MAJOR, c->m, c->kb, c->sa);
+    bfp8_scales_init(&a.b_scales, c->format, BFP8_LAYOUT_ROW_MAJOR, c->nb, c->kb, c->sb);
+    bfp8_dispatcher *d = strict_dispatcher("ref");
+    CHECK_OK(bfp8_grouped_gemm(d, &a));
+    bfp8_dispatcher_free(d);
+    free(clamped);
+    return y;
+}
+
+static double tolerance(bfp8_dtype dt) { return dt == BFP8_DTYPE_BF16 ? 8e-3 : dt == BFP8_DTYPE_F16 ? 1e-3 : 2.5e-4; }
+
+/* Device buffers of one call. */
+typedef struct dev_call {
+    bfp8_grouped_gemm_args args;
+    void *bufs[8];
+    int nbufs;
+    size_t ybytes;
+} dev_call;
+
+static void *keep(dev_call *dc, void *p) { return dc->bufs[dc->nbufs++] = p; }
+
+static dev_call dev_prepare(const gcase *c, bfp8_dtype out, const void *bias, bfp8_dtype bias_dtype,
+                            bfp8_scale_layout la, bfp8_scale_layout lb) {
+    dev_call dc = {.ybytes = (size_t)(c->rows * c->n) * bfp8_dtype_size(out)};
+    bfp8_grouped_gemm_args *a = &dc.args;
+    *a = (bfp8_grouped_gemm_args){.layout = c->layout, .groups = c->groups, .m = c->m, .n = c->n, .k = c->k,
+                                  .bias_dtype = bias_dtype, .y_dtype = out, .device = BFP8_DEVICE_CUDA};
+    size_t bytes;
+    void *host = scales_to(c->sa, c->layout == BFP8_GROUPED_MASKED ? c->groups : 1, c->m, c->kb, c->format, la,
+                           &a->a_scales, &bytes);
+    a->a_scales.data = keep(&dc, dev_upload(host, bytes));
+    free(host);
+    host = scales_to(c->sb, c->groups, c->nb, c->kb, c->format, lb, &a->b_scales, &bytes);
+    a->b_scales.data = keep(&dc, dev_upload(host, bytes));
+    free(host);
+    a->a = keep(&dc, dev_upload(c->qa, (size_t)(c->rows * c->k)));
+    a->b = keep(&dc, dev_upload(c->qb, (size_t)(c->groups * c->n * c->k)));
+    if (c->layout == BFP8_GROUPED_MASKED)
+        a->masked_m = keep(&dc, dev_upload(c->masked_m, sizeof(int32_t) * (size_t)c->groups));
+    else
+        a->m_indices = keep(&dc, dev_upload(c->idx, sizeof(int32_t) * (size_t)c->m));
+    if (bias) a->bias = keep(&dc, dev_upload(bias, (size_t)(c->groups * c->n) * bfp8_dtype_size(bias_dtype)));
+    unsigned char *poison = malloc(dc.ybytes + GUARD);
+    memset(poison, POISON, dc.ybytes + GUARD);
+    a->y = keep(&dc, dev_upload(poison, dc.ybytes + GUARD));
+    free(poison);
+    return dc;
+}
+
+static void dev_release(dev_call *dc) {
+    for (int i = 0; i < dc->nbufs; i++) bfp8_cuda_free(dc->bufs[i]);
+}
+
+/* Downloads the output (and guard) of a call and checks it against ref: used rows within tolerance and written,
+ * unused rows and the guard untouched. */
+static void check_output(const gcase *c, const dev_call *dc, const void *ref, const char *desc) {
+    const bfp8_dtype out = dc->args.y_dtype;
+    const size_t row_bytes = (size_t)c->n * bfp8_dtype_size(out);
+    unsigned char *y = malloc(dc->ybytes + GUARD);
+    CHECK_OK(bfp8_cuda_synchronize(NULL));
+    CHECK_OK(bfp8_cuda_download(y, dc->args.y, dc->ybytes + GUARD));
+    int64_t touched = 0, unwritten = 0, guard = 0;
+    double num = 0, den = 0;
+    for (int64_t r = 0; r < c->rows; r++) {
+        const unsigned char *row = y + (size_t)r * row_bytes, *rrow = (const unsigned char *)ref + (size_t)r * row_bytes;
+        if (row_group(c, r) < 0) {
+            for (size_t i = 0; i < row_bytes; i++) touched += row[i] != POISON;
+            continue;
+        }
+        for (int64_t j = 0; j < c->n; j++) {
+            const double v = bfp8_load_f32(row, out, j), w = bfp8_load_f32(rrow, out, j);
+            unwritten += isnan(v);
+            num += (v - w) * (v - w), den += w * w;
+        }
+    }
+    for (size_t i = 0; i < GUARD; i++) guard += y[dc->ybytes + i] != POISON;
+    const double err = den > 0 ? sqrt(num / den) : sqrt(num);
+    CHECK(touched == 0, "%s: %lld bytes of unused rows written", desc, (long long)touched);
+    CHECK(guard == 0, "%s: %lld bytes written past the output", desc, (long long)guard);
+    CHECK(unwritten == 0, "%s: %lld outputs of used rows unwritten", desc, (long long)unwritten);
+    CHECK(err <= tolerance(out), "%s: relative error %.3g vs ref > %.1g", desc, err, tolerance(out));
+    free(y);
+}
+
+static int calls_checked;
+
+static void run_case(bfp8_dispatcher *d, const gcase *c, bfp8_dtype out, bool with_bias, bfp8_dtype bias_dtype,
+                     bfp8_scale_layout la, bfp8_scale_layout lb, const char *label) {
+    void *bias = NULL;
+    if (with_bias) {
+        bias = malloc((size_t)(c->groups * c->n) * 4 + 1);
+        for (int64_t i = 0; i < c->groups * c->n; i++) bfp8_store_f32(bias, bias_dtype, i, c->bias[i]);
+    }
+    char desc[256];
+    snprintf(desc, sizeof desc, "%s %s G=%lld m=%lld n=%lld k=%lld out=%s scales=%s/%s,%s bias=%s", label,
+             bfp8_grouped_layout_name(c->layout), (long long)c->groups, (long long)c->m, (long long)c->n,
+             (long long)c->k, bfp8_dtype_name(out), bfp8_scale_format_name(c->format), bfp8_scale_layout_name(la),
+             bfp8_scale_layout_name(lb), with_bias ? bfp8_dtype_name(bias_dtype) : "none");
+    void *ref = ref_output(c, out, bias, bias_dtype);
+    dev_call dc = dev_prepare(c, out, bias, bias_dtype, la, lb);
+    bfp8_status st = bfp8_grouped_gemm(d, &dc.args);
+    CHECK(st == BFP8_OK, "%s: %s: %s", desc, bfp8_status_name(st), bfp8_last_error());
+    if (st == BFP8_OK) check_output(c, &dc, ref, desc);
+    calls_checked++;
+    dev_release(&dc);
+    free(ref), free(bias);
+}
+
+/* ---- tests ---------------------------------------------------------------------------------------------------- */
+
+static void test_layouts(bfp8_dispatcher *d) {
+    const bfp8_dtype outs[] = {BFP8_DTYPE_BF16, BFP8_DTYPE_F16, BFP8_DTYPE_F32};
+    int v = 0;
+    for (int f = 0; f < 2; f++) {
+        const bfp8_scale_format fmt = (bfp8_scale_format)f;
+        const int nl = f ? 4 : 3; /* packed only for UE8M0 */
+        /* Contiguous: DeepGEMM's 128-aligned segments on aligned and ragged shapes, scattered rows (several
+         * experts per tile), all padding, G = 256. */
+        struct { pattern p; int64_t g, m, n, k; } cs[] = {
+            {PAT_ALIGNED, 4, 640, 256, 512}, {PAT_ALIGNED, 3, 512, 200, 300}, {PAT_SCATTERED, 5, 77, 200, 300},
+            {PAT_SCATTERED, 7, 300, 384, 1000}, {PAT_PADDING, 3, 64, 128, 256}, {PAT_SCATTERED, 256, 600, 64, 256},
+        };
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++, v++) {
+            gcase c = make_case(BFP8_GROUPED_CONTIGUOUS, cs[i].g, cs[i].m, cs[i].n, cs[i].k, fmt, cs[i].p);
+            run_case(d, &c, outs[v % 3], v % 2, outs[(v / 2) % 3], (bfp8_scale_layout)(v % nl),
+                     (bfp8_scale_layout)((v + 1) % nl), "layouts");
+            free_case(&c);
+        }
+        /* Masked: decode shapes (max_m 128 with a few rows), ragged, many groups. */
+        struct { int64_t g, m, n, k; } ms[] = {{8, 128, 256, 512}, {3, 17, 130, 255}, {32, 4, 192, 128}, {6, 256, 512, 384}};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++, v++) {
+            gcase c = make_case(BFP8_GROUPED_MASKED, ms[i].g, ms[i].m, ms[i].n, ms[i].k, fmt, PAT_MASKED);
+            run_case(d, &c, outs[v % 3], v % 2, outs[(v / 2) % 3], (bfp8_scale_layout)(v % nl),
+                     (bfp8_scale_layout)((v + 2) % nl), "layouts");
+            free_case(&c);
+        }
+    }
+    /* Unaligned K (the byte-load path) and K = 0 (the bias alone). */
+    gcase c = make_case(BFP8_GROUPED_MASKED, 3, 40, 96, 200, BFP8_SCALE_FP32, PAT_MASKED);
+    run_case(d, &c, BFP8_DTYPE_BF16, true, BFP8_DTYPE_BF16, BFP8_LAYOUT_ROW_MAJOR, BFP8_LAYOUT_ROW_MAJOR, "K=200");
+    free_case(&c);
+    c = make_case(BFP8_GROUPED_CONTIGUOUS, 3, 40, 96, 0, BFP8_SCALE_FP32, PAT_SCATTERED);
+    run_case(d, &c, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32, BFP8_LAYOUT_ROW_MAJOR, BFP8_LAYOUT_ROW_MAJOR, "K=0");
+    free_case(&c);
+}
+
+/* What the device does with contents the host cannot check without a sync: masked_m beyond max_m writes max_m
+ * rows and nothing past them, negative writes none, indices outside [-1, G) are skipped. */
+static void test_bad_contents(bfp8_dispatcher *d) {
+    gcase c = make_case(BFP8_GROUPED_MASKED, 4, 32, 128, 256, BFP8_SCALE_FP32, PAT_MASKED);
+    c.masked_m[0] = 33, c.masked_m[1] = INT32_MAX, c.masked_m[2] = -5, c.masked_m[3] = INT32_MIN;
+    run_case(d, &c, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32, BFP8_LAYOUT_MN_MAJOR_ALIGNED, BFP8_LAYOUT_ROW_MAJOR,
+             "bad masked_m");
+    free_case(&c);
+    c = make_case(BFP8_GROUPED_CONTIGUOUS, 4, 300, 128, 256, BFP8_SCALE_FP32, PAT_SCATTERED);
+    c.idx[0] = 4, c.idx[1] = -2, c.idx[130] = INT32_MAX, c.idx[131] = INT32_MIN, c.idx[299] = 1000;
+    run_case(d, &c, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32, BFP8_LAYOUT_MN_MAJOR_ALIGNED, BFP8_LAYOUT_ROW_MAJOR,
+             "bad m_indices");
+    free_case(&c);
+}
+
+/* Where the dense mma.sync kernel runs without a K split (fewer than 4 K blocks), a group's bytes are the dense
+ * call's on its rows: the same kernel, the same sum order. */
+static void test_equals_dense(bfp8_dispatcher *d) {
+    gcase c = make_case(BFP8_GROUPED_CONTIGUOUS, 3, 200, 192, 384, BFP8_SCALE_UE8M0, PAT_SCATTERED);
+    dev_call dc = dev_prepare(&c, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32, BFP8_LAYOUT_MN_MAJOR_ALIGNED,
+                              BFP8_LAYOUT_ROW_MAJOR);
+    CHECK_OK(bfp8_grouped_gemm(d, &dc.args));
+    const size_t row_bytes = (size_t)c.n * 2;
+    unsigned char *y = malloc(dc.ybytes), *yd = malloc(dc.ybytes);
+    CHECK_OK(bfp8_cuda_synchronize(NULL));
+    CHECK_OK(bfp8_cuda_download(y, dc.args.y, dc.ybytes));
+    int64_t differ = 0;
+    for (int64_t g = 0; g < c.groups; g++) {
+        int64_t cnt = 0;
+        uint8_t *a = malloc((size_t)(c.m * c.k));
+        float *sa = malloc(sizeof(float) * (size_t)(c.m * c.kb));
+        int64_t *rows = malloc(sizeof(int64_t) * (size_t)c.m);
+        for (int64_t r = 0; r < c.m; r++)
+            if (c.idx[r] == g) {
+                memcpy(a + cnt * c.k, c.qa + r * c.k, (size_t)c.k);
+                memcpy(sa + cnt * c.kb, c.sa + r * c.kb, sizeof(float) * (size_t)c.kb);
+                rows[cnt++] = r;
+            }
+        if (cnt) {
+            bfp8_gemm_args dg = {.m = cnt, .n = c.n, .k = c.k, .y_dtype = BFP8_DTYPE_BF16, .device = BFP8_DEVICE_CUDA};
+            dg.a = dev_upload(a, (size_t)(cnt * c.k));
+            dg.b = (const uint8_t *)dc.args.b + g * c.n * c.k;
+            bfp8_scales_init(&dg.a_scales, c.format, BFP8_LAYOUT_ROW_MAJOR, cnt, c.kb, dev_upload(sa, sizeof(float) * (size_t)(cnt * c.kb)));
+            dg.b_scales = dc.args.b_scales;
+            dg.b_scales.data = (char *)dc.args.b_scales.data + g * bfp8_grouped_scale_stride(&dc.args.b_scales);
+            void *ydev = NULL;
+            CHECK_OK(bfp8_cuda_malloc(&ydev, (size_t)cnt * row_bytes));
+            dg.y = ydev;
+            CHECK_OK(bfp8_gemm(d, &dg));
+            CHECK_OK(bfp8_cuda_synchronize(NULL));
+            CHECK_OK(bfp8_cuda_download(yd, ydev, (size_t)cnt * row_bytes));
+            for (int64_t i = 0; i < cnt; i++) differ += memcmp(y + rows[i] * row_bytes, yd + i * row_bytes, row_bytes) != 0;
+            bfp8_cuda_free((void *)dg.a), bfp8_cuda_free(dg.a_scales.data), bfp8_cuda_free(ydev);
+        }
+        free(a), free(sa), free(rows);
+    }
+    CHECK(differ == 0, "%lld rows differ from the dense mma.sync call on their group's rows", (long long)differ);
+    free(y), free(yd);
+    dev_release(&dc);
+    free_case(&c);
+}
+
+/* A masked call captured in a CUDA graph replays correctly when masked_m changes between replays: the count is
+ * read by the kernel at each launch. */
+static void test_graph_replay(bfp8_dispatcher *d) {
+#ifdef BFP8_WITH_CUDA
+    gcase c = make_case(BFP8_GROUPED_MASKED, 8, 128, 256, 512, BFP8_SCALE_FP32, PAT_MASKED);
+    dev_call dc = dev_prepare(&c, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32, BFP8_LAYOUT_MN_MAJOR_ALIGNED,
+                              BFP8_LAYOUT_ROW_MAJOR);
+    cudaStream_t stream;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CHECK(cudaStreamCreate(&stream) == cudaSuccess, "stream");
+    dc.args.stream = stream;
+    bfp8_status st = BFP8_OK;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess, "begin capture");
+    st = bfp8_grouped_gemm(d, &dc.args);
+    CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess && st == BFP8_OK, "capture: %s", bfp8_last_error());
+    CHECK(graph && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
+    unsigned char *poison = malloc(dc.ybytes + GUARD);
+    memset(poison, POISON, dc.ybytes + GUARD);
+    for (int replay = 0; replay < 3 && exec; replay++) {
+        for (int64_t g = 0; g < c.groups; g++)
+            c.masked_m[g] = replay == 2 ? 0 : (int32_t)(test_rand_u64() % (uint64_t)(c.m + 1));
+        CHECK_OK(bfp8_cuda_upload((void *)dc.args.masked_m, c.masked_m, sizeof(int32_t) * (size_t)c.groups));
+        CHECK_OK(bfp8_cuda_upload(dc.args.y, poison, dc.ybytes + GUARD));
+        CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess, "replay %d", replay);
+        CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "replay %d sync", replay);
+        void *ref = ref_output(&c, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32);
+        char desc[64];
+        snprintf(desc, sizeof desc, "graph replay %d", replay);
+        check_output(&c, &dc, ref, desc);
+        free(ref);
+    }
+    free(poison);
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    dev_release(&dc);
+    free_case(&c);
+#else
+    (void)d;
+#endif
+}
+
+/* Dispatch on the device: auto picks cuda_generic for grouped problems; hopper and cublaslt say why not. */
+static void test_dispatch(void) {
+    bfp8_dispatcher *d = bfp8_dispatcher_default();
+    gcase c = make_case(BFP8_GROUPED_MASKED, 2, 16, 128, 256, BFP8_SCALE_FP32, PAT_MASKED);
+    dev_call dc = dev_prepare(&c, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32, BFP8_LAYOUT_MN_MAJOR_ALIGNED,
+                              BFP8_LAYOUT_ROW_MAJOR);
+    bfp8_problem p;
+    bfp8_decision dec;
+    CHECK_OK(bfp8_problem_from_grouped_gemm(&dc.args, &p));
+    const bfp8_backend *gpu[3];
+    size_t count = 0;
+    for (const char *const *name = (const char *const[]){"hopper", "cublaslt", "cuda_generic", NULL}; *name; name++)
+        if (bfp8_dispatcher_find(d, *name)) gpu[count++] = bfp8_dispatcher_find(d, *name);
+    CHECK_OK(bfp8_select(gpu, count, &p, BFP8_POLICY_AUTO, NULL, &dec));
+    CHECK(dec.backend && strcmp(dec.backend->name, "cuda_generic") == 0, "auto: %s", dec.backend ? dec.backend->name : "-");
+    if (bfp8_dispatcher_find(d, "hopper")) {
+        bfp8_dispatcher *strict = strict_dispatcher("hopper");
+        CHECK_STATUS(bfp8_grouped_gemm(strict, &dc.args), BFP8_ERR_UNSUPPORTED);
+        CHECK(strstr(bfp8_last_error(), "no grouped GEMM"), "hopper strict: '%s'", bfp8_last_error());
+        bfp8_dispatcher_free(strict);
+    }
+    dev_release(&dc);
+    free_case(&c);
+}
+
+/* The grouped linear on the device equals, within tolerance, the host reference's; unused rows stay unwritten. */
+static void test_linear(void) {
+    enum { G = 5, N = 256, K = 640, M = 130 };
+    float *w = malloc(sizeof(float) * G * N * K);
+    for (int64_t i = 0; i < G * N * K; i++) w[i] = test_randn(0.04f);
+    bfp8_grouped_weight *gw = NULL;
+    CHECK_OK(bfp8_grouped_weight_quantize(&gw, w, BFP8_DTYPE_F32, G, N, K, BFP8_SCALE_UE8M0, NULL));
+    bfp8_dispatcher *d = strict_dispatcher("cuda_generic"), *ref = strict_dispatcher("ref");
+    CHECK_OK(bfp8_grouped_weight_prepare(gw, d, "cuda_generic"));
+    bfp8_grouped_weight_info info;
+    CHECK_OK(bfp8_grouped_weight_info_get(gw, &info));
+    CHECK(info.device_layouts != 0, "prepared on the device");
+    for (int lay = 0; lay < 2 && gw; lay++) {
+        const bool masked = lay == 1;
+        const int64_t rows = masked ? G * M : M;
+        uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(rows * K));
+        for (int64_t i = 0; i < rows * K; i++) x[i] = bfp8_bf16_from_f32(test_randn(1.0f));
+        int32_t idx[M], counts[G] = {0, 130, 7, 64, 1};
+        for (int i = 0; i < M; i++) idx[i] = (int32_t)(test_rand_u64() % (G + 1)) - 1;
+        const size_t ybytes = sizeof(uint16_t) * (size_t)(rows * N);
+        uint16_t *y_ref = malloc(ybytes), *y = malloc(ybytes);
+        memset(y_ref, POISON, ybytes), memset(y, POISON, ybytes);
+        bfp8_grouped_linear_args a = {.layout = masked ? BFP8_GROUPED_MASKED : BFP8_GROUPED_CONTIGUOUS, .x = x,
+                                      .x_dtype = BFP8_DTYPE_BF16, .m = M, .m_indices = idx, .masked_m = counts,
+                                      .y = y_ref, .y_dtype = BFP8_DTYPE_BF16, .device = BFP8_DEVICE_CPU};
+        CHECK_OK(bfp8_grouped_linear(ref, gw, &a));
+        a.device = BFP8_DEVICE_CUDA;
+        a.x = dev_upload(x, sizeof(uint16_t) * (size_t)(rows * K));
+        a.y = dev_upload(y, ybytes);
+        a.m_indices = dev_upload(idx, sizeof idx);
+        a.masked_m = dev_upload(counts, sizeof counts);
+        CHECK_OK(bfp8_grouped_linear(d, gw, &a));
+        CHECK_OK(bfp8_cuda_synchronize(NULL));
+        CHECK_OK(bfp8_cuda_download(y, a.y, ybytes));
+        double num = 0, den = 0;
+        int64_t touched = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const bool used = masked ? r % M < counts[r / M] : idx[r] >= 0;
+            for (int64_t j = 0; j < N; j++) {
+                if (!used) {
+                    touched += y[r * N + j] != 0xFFFF;
+                    continue;
+                }
+                const double v = bfp8_bf16_to_f32(y[r * N + j]), e = bfp8_bf16_to_f32(y_ref[r * N + j]);
+                num += (v - e) * (v - e), den += e * e;
+            }
+        }
+        CHECK(touched == 0, "linear %s: %lld unused outputs written", masked ? "masked" : "contiguous", (long long)touched);
+        CHECK(sqrt(num / den) <= 8e-3, "linear %s: relative error %.3g vs ref", masked ? "masked" : "contiguous",
+              sqrt(num / den));
+        bfp8_cuda_free((void *)a.x), bfp8_cuda_free(a.y), bfp8_cuda_free((void *)a.m_indices), bfp8_cuda_free((void *)a.masked_m);
+        free(x), free(y), free(y_ref);
+    }
+    bfp8_grouped_weight_free(gw);
+    bfp8_dispatcher_free(d), bfp8_dispatcher_free(ref);
+    free(w);
+}
+
+/* Without a device: a grouped call on device data says why. */
+static void check_unavailable(const char *why) {
+    int32_t counts[1] = {1};
+    uint8_t a[128], b[128];
+    float s = 1.0f, y[1];
+    bfp8_grouped_gemm_args g = {.layout = BFP8_GROUPED_MASKED, .groups = 1, .m = 1, .n = 1, .k = 128, .a = a, .b = b,
+                                .masked_m = counts, .y = y, .y_dtype = BFP8_DTYPE_F32, .device = BFP8_DEVICE_CUDA};
+    bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, &s);
+    bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, &s);
+    bfp8_dispatcher *d = NULL;
+    CHECK_OK(bfp8_dispatcher_create_default(&d));
+    CHECK_STATUS(bfp8_grouped_gemm(d, &g), BFP8_ERR_UNSUPPORTED);
+    CHECK(strstr(bfp8_last_error(), "cpu") != NULL, "no device (%s): '%s'", why, bfp8_last_error());
+    bfp8_dispatcher_free(d);
+}
+
+int main(void) {
+    test_seed();
+    char why[BFP8_REASON_MAX];
+    if (!bfp8_cuda_available(why, sizeof why)) {
+        check_unavailable(why);
+        const char *req = getenv("BFP8_REQUIRE_CUDA");
+        CHECK(!(req && req[0] == '1'), "BFP8_REQUIRE_CUDA=1 but no device: %s", why);
+        printf("cuda_grouped: skipped: %s\n", why);
+        return TEST_SUMMARY("cuda_grouped");
+    }
+    bfp8_dispatcher *d = strict_dispatcher("cuda_generic");
+    if (d) {
+        test_layouts(d);
+        test_bad_contents(d);
+        test_equals_dense(d);
+        test_graph_replay(d);
+    }
+    bfp8_dispatcher_free(d);
+    test_dispatch();
+    test_linear();
+    printf("cuda_grouped: %d grouped calls checked against ref\n", calls_checked);
+    return TEST_SUMMARY("cuda_grouped");
+}
