@@ -76,7 +76,7 @@ CLI := $(BUILD)/blockfp8
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
-.PHONY: all lib cli demo quant-bench gpu-tools test check-unit check-asan check-crosscheck check-cli fuzz fuzz-build deps clean help
+.PHONY: all lib cli demo quant-bench gpu-tools test check-unit check-asan check-crosscheck check-cli check-python print-ldlibs fuzz fuzz-build deps clean help
 
 all: $(BUILD)/.deps-ok lib cli
 
@@ -183,6 +183,19 @@ check-cli: $(CLI)
 
 check-crosscheck: $(CLI)
 	for f in tests/crosscheck_*.py; do python3 $$f --build $(BUILD) || exit 1; done
+
+# The Python package (python/blockfp8, tests/python): built into a virtual environment by pip, as a user installs
+# it, then its pytest suite (scripts/install-python-deps.sh puts numpy, ml_dtypes, pytest and torch there).
+PYTHON_VENV ?= build/venv
+check-python: $(CLI)
+	@test -x $(PYTHON_VENV)/bin/python || python3 -m venv $(PYTHON_VENV)
+	@sh scripts/install-python-deps.sh $(PYTHON_VENV)/bin/python
+	BFP8_BUILD_DIR=$(BUILD) $(PYTHON_VENV)/bin/python -m pip install --no-build-isolation --no-deps --quiet .
+	BFP8_CLI=$(CURDIR)/$(CLI) $(PYTHON_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/python
+
+# The link line of a program that uses $(LIB_A) (setup.py links the Python extension with it).
+print-ldlibs:
+	@echo $(LDLIBS_BASE)
 
 # --- fuzzing (clang libFuzzer) ------------------------------------------------------------------------------------
 FUZZ_BIN := build-fuzz/fuzz_safetensors

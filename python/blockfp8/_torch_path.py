@@ -1,0 +1,377 @@
+"""The torch path: CPU and CUDA tensors, outputs allocated by torch on the input's device, CUDA work on
+torch.cuda.current_stream() of that device, no host synchronization (per_block_quant_fp8 on CUDA excepted: the
+library quantizes weights on the host).
+
+Every operation is a torch.library custom op (namespace `blockfp8`) with a fake implementation, so that
+torch.compile(fullgraph=True) traces callers and CUDA graphs capture them. The ops return contiguous tensors; the
+public functions (python/blockfp8/__init__.py) make the strided views engines expect (column-major scales) around
+them, in traceable torch code. In eager mode the public functions call the implementations directly, which skips
+the dispatcher's overhead but runs the very same code.
+
+Tensor arguments of other layouts are copied into one the library reads (contiguous operands; scales whose strides
+match no library layout); outputs written in place (fp8_gemm_nt's d) must be contiguous."""
+import inspect
+import os
+import weakref
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _native as N
+from ._common import (BF16, BLOCK, CPU, CUDA, DTYPES, E4M3, F16, F32, FP32_SCALES, I32, PACKED, ROW, UE8M0_SCALES,
+                      ceil_div, check_activation, check_bias, check_float, check_scale_shape, check_weight, extent,
+                      layout_storage_shape, layouts_of, need, note_fallbacks, round_up)
+
+FP8 = torch.float8_e4m3fn
+DTYPES.update({torch.float32: F32, torch.bfloat16: BF16, torch.float16: F16, FP8: E4M3, torch.uint8: E4M3,
+               torch.int32: I32})
+TORCH_DTYPES = {F32: torch.float32, BF16: torch.bfloat16, F16: torch.float16}
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_get_device = getattr(torch._C, "_cuda_getDevice", None)
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or torch._dynamo.is_compiling
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+# BFP8_TORCH_OPS=1: eager calls go through torch.ops.blockfp8 too (the path compiled graphs take).
+_ALWAYS_OPS = os.environ.get("BFP8_TORCH_OPS", "") not in ("", "0")
+
+
+def eager(*tensors):
+    """Whether a public function may call an op's implementation directly: not under torch.compile / export
+    tracing, and only plain CPU or CUDA tensors (fake, meta and subclass tensors go through the op)."""
+    if _ALWAYS_OPS or _is_compiling():
+        return False
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN or t.is_meta):
+            return False
+    return True
+
+
+class _NoGuard:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_GUARD = _NoGuard()
+
+
+def device_guard(device):
+    """The library launches on the current CUDA device: make the tensors' device current for the call."""
+    if device.type == "cuda" and device.index is not None and \
+            (_get_device() if _get_device else torch.cuda.current_device()) != device.index:
+        return torch.cuda.device(device.index)
+    return _NO_GUARD
+
+
+def _stream(device):
+    """The library device and stream (the current one of that device) for a tensor's device."""
+    kind = device.type
+    if kind == "cpu":
+        return CPU, None
+    if kind != "cuda":
+        raise ValueError(f"tensors on {device} are not supported: blockfp8 runs on cpu and cuda")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return CUDA, (_raw_stream(index) if _raw_stream else torch.cuda.current_stream(index).cuda_stream)
+
+
+def _enum(t, what):
+    need(isinstance(t, Tensor), f"{what} must be a torch tensor, got {type(t).__name__}", TypeError)
+    e = DTYPES.get(t.dtype)
+    need(e is not None, f"{what}: dtype {t.dtype} is not supported", TypeError)
+    return e
+
+
+def _same_device(t, device, what):
+    need(t.device == device, f"{what} is on {t.device}, the other operands on {device}")
+
+
+def _scale_arg(s, rows, kblocks, what, device):
+    """(tensor to keep alive, address, scale format, layout set) for the scales of a [rows x K] operand."""
+    fmt = check_scale_shape(s.shape, _enum(s, what), rows, kblocks, what)
+    _same_device(s, device, what)
+    packed = fmt == UE8M0_SCALES
+    cols = s.shape[1]
+    s0, s1 = s.stride()
+    avail = extent((rows, cols), (s0, s1))
+    bits = layouts_of(rows, cols, s0, s1, packed, avail)
+    if rows % 4 and (rows <= 1 or s0 == 1):  # an aligned layout's padding lies beyond the view: is it there?
+        avail = s.untyped_storage().nbytes() // 4 - s.storage_offset()
+        bits = layouts_of(rows, cols, s0, s1, packed, avail)
+    if not bits:  # strides no layout describes: a copy in one that does
+        if packed:
+            buf = torch.zeros((cols, round_up(rows, 4)), dtype=torch.int32, device=device)
+            buf[:, :rows].copy_(s.t())
+            s, bits = buf, 1 << PACKED
+        else:
+            s, bits = s.contiguous(), 1 << ROW
+    return s, s.data_ptr(), fmt, bits
+
+
+def _bias_arg(bias, n, device):
+    if bias is None:
+        return None, None, F32
+    e = _enum(bias, "bias")
+    check_bias(bias.shape, e, n)
+    _same_device(bias, device, "bias")
+    bias = bias.contiguous()
+    return bias, bias.data_ptr(), e
+
+
+def _op(name, impl, fake, mutates_args=()):
+    """Registers impl as the custom op blockfp8::name (run with its first tensor's CUDA device current) with its
+    fake implementation; returns the op."""
+    def run(*args):
+        with device_guard(args[0].device):
+            return impl(*args)
+
+    run.__name__, run.__doc__, run.__annotations__ = impl.__name__, impl.__doc__, impl.__annotations__
+    run.__signature__ = inspect.signature(impl)
+    op = torch.library.custom_op(f"blockfp8::{name}", run, mutates_args=mutates_args)
+    op.register_fake(fake)
+    return op, run
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# blockfp8::quant_act: x [rows * batch, K] -> (q [rows * batch, K] fp8, s) with s the contiguous storage of the
+# layout, per matrix: ROW [rows * batch, kb]; MN [batch, kb, rows]; ALIGNED [batch, kb, ld]; PACKED int32
+# [batch, ceil(kb/4), ld] (ld = rows rounded up to 4).
+# ---------------------------------------------------------------------------------------------------------------
+def _quant_act_shapes(x, layout, batch):
+    need(x.dim() == 2, f"x must be 2-D [rows, K] here, got {x.dim()} dimensions")
+    need(batch >= 1 and x.shape[0] % batch == 0, f"batch={batch} does not divide the {x.shape[0]} rows")
+    need(0 <= layout < N.LAYOUT_COUNT, f"unknown scale layout {layout}")
+    total, k = x.shape
+    kb = ceil_div(k, BLOCK)
+    if layout == ROW:
+        return (total, kb), torch.float32
+    shape, is_int = layout_storage_shape(layout, total // batch, kb)
+    return (batch,) + shape, torch.int32 if is_int else torch.float32
+
+
+def _quant_act(x: Tensor, layout: int, ue8m0: bool, batch: int) -> tuple[Tensor, Tensor]:
+    xe = _enum(x, "x")
+    check_float(xe, "x")
+    s_shape, s_dtype = _quant_act_shapes(x, layout, batch)
+    dev, stream = _stream(x.device)
+    x = x.contiguous()
+    total, k = x.shape
+    q = torch.empty((total, k), dtype=FP8, device=x.device)
+    s = torch.empty(s_shape, dtype=s_dtype, device=x.device)
+    fmt = UE8M0_SCALES if ue8m0 else FP32_SCALES
+    if layout == ROW:
+        batch = 1
+    rows = total // batch
+    per = s[0].numel() * 4 if layout != ROW else 0
+    for b in range(batch):  # each matrix has its own column-major scales
+        N.quantize_act(x.data_ptr() + b * rows * k * x.element_size(), xe, rows, k, q.data_ptr() + b * rows * k,
+                       s.data_ptr() + b * per, fmt, layout, dev, stream)
+    return q, s
+
+
+def _quant_act_fake(x, layout, ue8m0, batch):
+    s_shape, s_dtype = _quant_act_shapes(x, layout, batch)
+    return torch.empty(x.shape, dtype=FP8, device=x.device), torch.empty(s_shape, dtype=s_dtype, device=x.device)
+
+
+quant_act, quant_act_impl = _op("quant_act", _quant_act, _quant_act_fake)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# blockfp8::quant_weight: w [batch, N, K] -> (q fp8 [batch, N, K], s fp32 [batch, ceil(N/128), ceil(K/128)])
+# ---------------------------------------------------------------------------------------------------------------
+def _quant_weight_shapes(w):
+    need(w.dim() == 3, f"w must be 3-D [batch, N, K] here, got {w.dim()} dimensions")
+    batch, n, k = w.shape
+    return (batch, ceil_div(n, BLOCK), ceil_div(k, BLOCK))
+
+
+def _quant_weight(w: Tensor, ue8m0: bool) -> tuple[Tensor, Tensor]:
+    we = _enum(w, "w")
+    check_float(we, "w")
+    s_shape = _quant_weight_shapes(w)
+    _stream(w.device)
+    # The library quantizes weights on the host: a CUDA weight makes one round trip (weight preparation, not a
+    # per-step call, and not capturable in a CUDA graph).
+    host = w.detach().to("cpu").contiguous()
+    batch, n, k = host.shape
+    q = torch.empty(host.shape, dtype=FP8)
+    s = torch.empty(s_shape, dtype=torch.float32)
+    nb, kb = s_shape[1:]
+    fmt = UE8M0_SCALES if ue8m0 else FP32_SCALES
+    for b in range(batch):
+        N.quantize_weight(host.data_ptr() + b * n * k * host.element_size(), we, n, k, q.data_ptr() + b * n * k,
+                          s.data_ptr() + b * nb * kb * 4, fmt, ROW)
+    if w.device.type != "cpu":
+        q, s = q.to(w.device), s.to(w.device)
+    return q, s
+
+
+def _quant_weight_fake(w, ue8m0):
+    return (torch.empty(w.shape, dtype=FP8, device=w.device),
+            torch.empty(_quant_weight_shapes(w), dtype=torch.float32, device=w.device))
+
+
+quant_weight, quant_weight_impl = _op("quant_weight", _quant_weight, _quant_weight_fake)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# blockfp8::gemm: a [M, K] fp8, sa [M, kb] fp32 (any strides) or int32 packed, b [N, K] fp8, sb [nb, kb] -> y
+# [M, N] of out_dtype. blockfp8::gemm_out writes d [M, N] instead.
+# ---------------------------------------------------------------------------------------------------------------
+def _gemm_check(a, sa, b, sb, bias):
+    need(a.dim() == 2, f"A must be 2-D [M, K] here, got {a.dim()} dimensions")
+    m, k = check_activation(a.shape, _enum(a, "A"), "A", fp8=True)
+    n, _ = check_weight(b.shape, _enum(b, "B"), k, "B")
+    _same_device(b, a.device, "B")
+    kb = ceil_div(k, BLOCK)
+    check_scale_shape(sa.shape, _enum(sa, "As"), m, kb, "As")
+    check_scale_shape(sb.shape, _enum(sb, "Bs"), ceil_div(n, BLOCK), kb, "Bs")
+    if bias is not None:
+        check_bias(bias.shape, _enum(bias, "bias"), n)
+    return m, n, k
+
+
+def _run_gemm(a, sa, b, sb, bias, y, out_e):
+    m, n, k = _gemm_check(a, sa, b, sb, bias)
+    device = a.device
+    dev, stream = _stream(device)
+    kb = ceil_div(k, BLOCK)
+    sa_keep, sa_ptr, sa_fmt, sa_bits = _scale_arg(sa, m, kb, "As", device)
+    sb_keep, sb_ptr, sb_fmt, sb_bits = _scale_arg(sb, ceil_div(n, BLOCK), kb, "Bs", device)
+    bias_keep, bias_ptr, bias_e = _bias_arg(bias, n, device)
+    a, b = a.contiguous(), b.contiguous()
+    count = N.gemm(m, n, k, a.data_ptr(), sa_ptr, sa_fmt, sa_bits, b.data_ptr(), sb_ptr, sb_fmt, sb_bits, bias_ptr,
+                   bias_e, y.data_ptr(), out_e, dev, stream)
+    note_fallbacks(count)
+
+
+def _out_enum(dtype):
+    e = DTYPES.get(dtype)
+    need(e in (F32, BF16, F16), f"output dtype {dtype} is not supported: bfloat16, float16 or float32", TypeError)
+    return e
+
+
+def _gemm(a: Tensor, sa: Tensor, b: Tensor, sb: Tensor, bias: Optional[Tensor], out_dtype: torch.dtype) -> Tensor:
+    out_e = _out_enum(out_dtype)
+    y = torch.empty((a.shape[0], b.shape[0]), dtype=out_dtype, device=a.device)
+    _run_gemm(a, sa, b, sb, bias, y, out_e)
+    return y
+
+
+def _gemm_fake(a, sa, b, sb, bias, out_dtype):
+    _out_enum(out_dtype)
+    m, n, _ = _gemm_check(a, sa, b, sb, bias)
+    return torch.empty((m, n), dtype=out_dtype, device=a.device)
+
+
+gemm, gemm_impl = _op("gemm", _gemm, _gemm_fake)
+
+
+def check_out(d, m, n, device):
+    need(isinstance(d, Tensor), "d must be a torch tensor", TypeError)
+    e = _out_enum(d.dtype)
+    need(tuple(d.shape) == (m, n), f"d must be [{m}, {n}], got {tuple(d.shape)}")
+    need(d.device == device, f"d is on {d.device}, the operands on {device}")
+    need(d.is_contiguous(), "d must be contiguous (it is written in place)")
+    return e
+
+
+def _gemm_out(a: Tensor, sa: Tensor, b: Tensor, sb: Tensor, d: Tensor) -> None:
+    out_e = check_out(d, a.shape[0], b.shape[0], a.device)
+    _run_gemm(a, sa, b, sb, None, d, out_e)
+
+
+def _gemm_out_fake(a, sa, b, sb, d):
+    m, n, _ = _gemm_check(a, sa, b, sb, None)
+    check_out(d, m, n, a.device)
+
+
+gemm_out, gemm_out_impl = _op("gemm_out", _gemm_out, _gemm_out_fake, mutates_args=("d",))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# blockfp8::linear_dyn: x [M, K] float, weight [N, K] fp8 with its scales -> y [M, N] of x's dtype
+# (apply_w8a8_block_fp8_linear: x quantized in the call, then the GEMM; the scratch is torch's).
+# ---------------------------------------------------------------------------------------------------------------
+def _linear_dyn_check(x, w, ws, bias):
+    need(x.dim() == 2, f"input must be 2-D [M, K] here, got {x.dim()} dimensions")
+    m, k = check_activation(x.shape, _enum(x, "input"), "input")
+    n, _ = check_weight(w.shape, _enum(w, "weight"), k)
+    _same_device(w, x.device, "weight")
+    check_scale_shape(ws.shape, _enum(ws, "weight_scale"), ceil_div(n, BLOCK), ceil_div(k, BLOCK), "weight_scale")
+    if bias is not None:
+        check_bias(bias.shape, _enum(bias, "bias"), n)
+    return m, n, k
+
+
+def scratch_size(m, k):
+    """Bytes of linear_dyn's activation scratch: the codes, then (from the next multiple of 256) the scales in the
+    largest layout, the 16-byte-aligned MN-major one."""
+    return round_up(m * k, 256) + round_up(m, 4) * ceil_div(k, BLOCK) * 4
+
+
+def _linear_dyn(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor]) -> Tensor:
+    m, n, k = _linear_dyn_check(x, weight, weight_scale, bias)
+    device = x.device
+    dev, stream = _stream(device)
+    xe = DTYPES[x.dtype]
+    ws_keep, ws_ptr, ws_fmt, ws_bits = _scale_arg(weight_scale, ceil_div(n, BLOCK), ceil_div(k, BLOCK),
+                                                  "weight_scale", device)
+    bias_keep, bias_ptr, bias_e = _bias_arg(bias, n, device)
+    x, weight = x.contiguous(), weight.contiguous()
+    nbytes = scratch_size(m, k)
+    scratch = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    y = torch.empty((m, n), dtype=x.dtype, device=device)
+    count = N.linear_dyn(x.data_ptr(), xe, m, k, scratch.data_ptr(), nbytes, n, weight.data_ptr(), ws_ptr, ws_fmt,
+                         ws_bits, bias_ptr, bias_e, y.data_ptr(), xe, dev, stream)
+    note_fallbacks(count)
+    return y
+
+
+def _linear_dyn_fake(x, weight, weight_scale, bias):
+    m, n, _ = _linear_dyn_check(x, weight, weight_scale, bias)
+    return torch.empty((m, n), dtype=x.dtype, device=x.device)
+
+
+linear_dyn, linear_dyn_impl = _op("linear_dyn", _linear_dyn, _linear_dyn_fake)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# blockfp8::linear: a prepared weight (a blockfp8.Linear, by its handle) -> bfp8_linear.
+# ---------------------------------------------------------------------------------------------------------------
+LINEARS = weakref.WeakValueDictionary()
+
+
+def _linear_check(x, handle, n, bias, out_dtype):
+    need(x.dim() == 2, f"x must be 2-D [M, K] here, got {x.dim()} dimensions")
+    check_float(_enum(x, "x"), "x")
+    _out_enum(out_dtype)
+    if bias is not None:
+        check_bias(bias.shape, _enum(bias, "bias"), n)
+        _same_device(bias, x.device, "bias")
+
+
+def _linear(x: Tensor, handle: int, n: int, bias: Optional[Tensor], out_dtype: torch.dtype) -> Tensor:
+    _linear_check(x, handle, n, bias, out_dtype)
+    layer = LINEARS.get(handle)
+    need(layer is not None, f"blockfp8.Linear handle {handle} is unknown or its layer was freed", RuntimeError)
+    layer.check_input(x.shape, x.device)
+    dev, stream = _stream(x.device)
+    x = x.contiguous()
+    bias_keep, bias_ptr, bias_e = _bias_arg(bias, n, x.device)
+    y = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
+    count = N.linear(layer.native, x.data_ptr(), DTYPES[x.dtype], x.shape[0], bias_ptr, bias_e, y.data_ptr(),
+                     DTYPES[out_dtype], dev, stream)
+    note_fallbacks(count)
+    return y
+
+
+def _linear_fake(x, handle, n, bias, out_dtype):
+    _linear_check(x, handle, n, bias, out_dtype)
+    return torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
+
+
+linear, linear_impl = _op("linear", _linear, _linear_fake)
