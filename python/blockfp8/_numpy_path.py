@@ -16,6 +16,9 @@ if ml_dtypes is not None:
     _NP[BF16] = np.dtype(ml_dtypes.bfloat16)
 
 
+_byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds
+
+
 def np_dtype(enum):
     dt = _NP.get(enum)
     if dt is None:
@@ -47,7 +50,7 @@ def _available(a):
     while isinstance(root.base, np.ndarray):
         root = root.base
     if root is not a:
-        end = np.byte_bounds(root)[1]
+        end = _byte_bounds(root)[1]
         own = max(own, (end - ptr(a)) // item)
     return own
 
