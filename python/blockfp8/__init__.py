@@ -118,9 +118,9 @@ def per_block_quant_fp8(w, block_size=(128, 128), scale_ue8m0=False):
     [..., ceil(N/128), ceil(K/128)], row-major), DeepSeek's weight / weight_scale_inv. scale_ue8m0: power-of-two
     scales (stored as float32). On CUDA the weight makes a round trip through host memory (the library quantizes
     weights on the host): a preparation step, not for a captured graph."""
+    _block(block_size)
     if not _is_torch(w):
         return _np.quant_weight(w, block_size, scale_ue8m0)
-    _block(block_size)
     shape = w.shape
     _c.need(len(shape) >= 2, f"w must be [..., N, K], got shape {tuple(shape)}")
     n, k = shape[-2], shape[-1]
@@ -141,9 +141,9 @@ def w8a8_block_fp8_matmul(A, B, As, Bs, block_size=(128, 128), output_dtype="flo
     packed UE8M0), B [N, K] fp8 with Bs float32 [ceil(N/128), ceil(K/128)]. Returns C [..., N] of output_dtype
     (a torch or numpy dtype or a name; default float16 as the engines)."""
     out_e = _c.out_dtype_enum(output_dtype)
+    _block(block_size)
     if not _is_torch(A):
         return _np.gemm(A, B, As, Bs, None, out_e)
-    _block(block_size)
     shape = A.shape
     _c.need(len(shape) >= 1, "A must have at least one dimension (its last is K)")
     k = shape[-1]
@@ -167,10 +167,9 @@ def apply_w8a8_block_fp8_linear(input, weight, block_size, weight_scale, input_s
     as SGLang requires for block-FP8)."""
     _c.need(input_scale is None, "input_scale must be None: block-FP8 activations are quantized in the call "
             "(1x128 groups); there is no static input scale")
-    if not _is_torch(input):
-        _c.check_block_size(block_size)
-        return _np.linear_dyn(input, weight, weight_scale, bias)
     _block(block_size)
+    if not _is_torch(input):
+        return _np.linear_dyn(input, weight, weight_scale, bias)
     shape = input.shape
     _c.need(len(shape) >= 1, "input must have at least one dimension (its last is K)")
     k = shape[-1]

@@ -4,6 +4,7 @@ strides describe, and the dispatch made visible (policy, stats, explain, a warni
 Nothing here knows torch: the torch path registers its dtypes into DTYPES when it is imported."""
 import math
 import os
+import sys
 import threading
 import warnings
 
@@ -217,7 +218,20 @@ def note_fallbacks(count):
                 fresh.append(key)
     for preferred, chosen, reason in fresh:
         warnings.warn(f"blockfp8: {preferred} cannot run this call, it ran on {chosen}: {reason}",
-                      FallbackWarning, stacklevel=3)
+                      FallbackWarning, stacklevel=_caller_level())
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TORCH_DIR = os.sep + "torch" + os.sep
+
+
+def _caller_level():
+    """The stack level of the first frame outside this package and torch: the user's call."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR) or
+                                 _TORCH_DIR in frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def stats():

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import _native as N
 from ._common import (ALIGNED, BF16, BLOCK, CPU, E4M3, F16, F32, FP32_SCALES, I32, PACKED, ROW, UE8M0_SCALES,
-                      act_layout_for, ceil_div, check_activation, check_bias, check_block_size, check_float,
+                      act_layout_for, ceil_div, check_activation, check_bias, check_float,
                       check_group_size, check_scale_shape, check_weight, dtype_enum, extent, layout_storage_shape,
                       layouts_of, ml_dtypes, need, note_fallbacks, round_up)
 
@@ -109,7 +109,6 @@ def quant_act(x, group_size, eps, column_major_scales, scale_tma_aligned, scale_
 
 
 def quant_weight(w, block_size, scale_ue8m0):
-    check_block_size(block_size)
     we = enum_of(w, "w")
     check_float(we, "w")
     need(w.ndim >= 2, f"w must be [..., N, K], got shape {w.shape}")

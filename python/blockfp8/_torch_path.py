@@ -39,12 +39,17 @@ _ALWAYS_OPS = os.environ.get("BFP8_TORCH_OPS", "") not in ("", "0")
 def eager(*tensors):
     """Whether a public function may call an op's implementation directly: not under torch.compile / export
     tracing, and only plain CPU or CUDA tensors (fake, meta and subclass tensors go through the op)."""
-    if _ALWAYS_OPS or _is_compiling():
-        return False
+    plain = not (_ALWAYS_OPS or _is_compiling())
     for t in tensors:
-        if t is not None and (type(t) not in _PLAIN or t.is_meta):
-            return False
-    return True
+        if t is None:
+            continue
+        if type(t) not in _PLAIN:
+            need(isinstance(t, Tensor), f"every operand must be a torch tensor like the first, got {type(t).__name__}",
+                 TypeError)
+            plain = False
+        elif t.is_meta:
+            plain = False
+    return plain
 
 
 class _NoGuard:

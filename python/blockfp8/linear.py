@@ -91,7 +91,7 @@ class Linear:
         if extra is not None:
             dtype, shape, data = extra
             _c.need(dtype in _c.FLOATS, f"bias '{bias}' must be F32, BF16 or F16", TypeError)
-            bias_bits = _BiasBits(np.frombuffer(data, _RAW[dtype]).reshape(shape), dtype)
+            bias_bits = _BiasBits(np.frombuffer(data, _RAW[dtype]).reshape(shape).copy(), dtype)
         return cls(native, device, bias_bits)
 
     @classmethod
