@@ -188,8 +188,7 @@ check-crosscheck: $(CLI)
 # it, then its pytest suite (scripts/install-python-deps.sh puts numpy, ml_dtypes, pytest and torch there).
 PYTHON_VENV ?= build/venv
 check-python: $(CLI)
-	@test -x $(PYTHON_VENV)/bin/python || python3 -m venv $(PYTHON_VENV)
-	@sh scripts/install-python-deps.sh $(PYTHON_VENV)/bin/python
+	@sh scripts/install-python-deps.sh $(PYTHON_VENV)
 	BFP8_BUILD_DIR=$(BUILD) $(PYTHON_VENV)/bin/python -m pip install --no-build-isolation --no-deps --quiet .
 	BFP8_CLI=$(CURDIR)/$(CLI) $(PYTHON_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/python
 

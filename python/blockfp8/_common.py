@@ -77,21 +77,26 @@ def out_dtype_enum(spec):
 
 
 def need(cond, msg, exc=ValueError):
+    """Raises exc(msg) unless cond. (Hot paths test first and build their message only on failure.)"""
     if not cond:
         raise exc(msg)
 
 
 def check_float(enum, what):
-    need(enum in FLOATS, f"{what} must be float32, bfloat16 or float16", TypeError)
+    if enum not in FLOATS:
+        raise TypeError(f"{what} must be float32, bfloat16 or float16")
 
 
 def check_fp8(enum, what):
-    need(enum == E4M3, f"{what} must be float8_e4m3fn (or uint8 E4M3 codes)", TypeError)
+    if enum != E4M3:
+        raise TypeError(f"{what} must be float8_e4m3fn (or uint8 E4M3 codes)")
 
 
 def check_group_size(group_size, eps):
-    need(group_size == BLOCK, f"group_size={group_size!r}: blockfp8 quantizes in groups of {BLOCK} only")
-    need(eps == 1e-10, f"eps={eps!r}: blockfp8's amax floor is fixed at 1e-10 (DESIGN section 3)")
+    if group_size != BLOCK:
+        raise ValueError(f"group_size={group_size!r}: blockfp8 quantizes in groups of {BLOCK} only")
+    if eps != 1e-10:
+        raise ValueError(f"eps={eps!r}: blockfp8's amax floor is fixed at 1e-10 (DESIGN section 3)")
 
 
 def check_block_size(block_size, what="block_size"):
@@ -99,41 +104,55 @@ def check_block_size(block_size, what="block_size"):
         pair = tuple(int(v) for v in block_size)
     except TypeError:
         raise TypeError(f"{what} must be a pair [{BLOCK}, {BLOCK}], got {block_size!r}") from None
-    need(pair == (BLOCK, BLOCK), f"{what}={list(block_size)!r}: blockfp8 supports {BLOCK}x{BLOCK} blocks only")
+    if pair != (BLOCK, BLOCK):
+        raise ValueError(f"{what}={list(block_size)!r}: blockfp8 supports {BLOCK}x{BLOCK} blocks only")
 
 
 def check_activation(shape, enum, what, fp8=False):
     """[..., K] activations -> (M, K) with M the product of the leading dimensions."""
-    (check_fp8 if fp8 else check_float)(enum, what)
-    need(len(shape) >= 1, f"{what} must have at least one dimension (its last is K)")
-    k = int(shape[-1])
-    return math.prod(shape[:-1]), k
+    if fp8:
+        if enum != E4M3:
+            check_fp8(enum, what)
+    elif enum not in FLOATS:
+        check_float(enum, what)
+    nd = len(shape)
+    if nd == 2:
+        return shape[0], shape[1]
+    if nd == 0:
+        raise ValueError(f"{what} must have at least one dimension (its last is K)")
+    return math.prod(shape[:-1]), shape[-1]
 
 
 def check_weight(shape, enum, k, what="weight"):
-    check_fp8(enum, what)
-    need(len(shape) == 2, f"{what} must be 2-D [N, K], got shape {tuple(shape)}")
-    need(k is None or int(shape[1]) == k, f"{what} has K={int(shape[1])}, the activations have K={k}")
-    return int(shape[0]), int(shape[1])
+    if enum != E4M3:
+        check_fp8(enum, what)
+    if len(shape) != 2:
+        raise ValueError(f"{what} must be 2-D [N, K], got shape {tuple(shape)}")
+    if k is not None and shape[1] != k:
+        raise ValueError(f"{what} has K={int(shape[1])}, the activations have K={k}")
+    return shape[0], shape[1]
 
 
 def check_scale_shape(shape, enum, rows, kblocks, what):
     """The scales of a [rows x K] operand: fp32 [rows, ceil(K/128)], or int32 [rows, ceil(K/512)] holding UE8M0
     exponents packed four to a word. Returns the scale format."""
     if enum == F32:
-        need(tuple(shape) == (rows, kblocks), f"{what} must be float32 [{rows}, {kblocks}], got shape {tuple(shape)}")
+        if len(shape) != 2 or shape[0] != rows or shape[1] != kblocks:
+            raise ValueError(f"{what} must be float32 [{rows}, {kblocks}], got shape {tuple(shape)}")
         return FP32_SCALES
     if enum == I32:
         words = ceil_div(kblocks, 4)
-        need(tuple(shape) == (rows, words),
-             f"{what}: packed UE8M0 scales must be int32 [{rows}, {words}], got shape {tuple(shape)}")
+        if len(shape) != 2 or shape[0] != rows or shape[1] != words:
+            raise ValueError(f"{what}: packed UE8M0 scales must be int32 [{rows}, {words}], got shape {tuple(shape)}")
         return UE8M0_SCALES
     raise TypeError(f"{what} must be float32 (or int32 packed UE8M0), got {DTYPE_NAMES.get(enum, 'another dtype')}")
 
 
 def check_bias(shape, enum, n):
-    check_float(enum, "bias")
-    need(tuple(shape) == (n,), f"bias must be 1-D [{n}], got shape {tuple(shape)}")
+    if enum not in FLOATS:
+        check_float(enum, "bias")
+    if len(shape) != 1 or shape[0] != n:
+        raise ValueError(f"bias must be 1-D [{n}], got shape {tuple(shape)}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -162,9 +181,12 @@ def layouts_of(rows, cols, s0, s1, packed, avail):
 
 def extent(shape, strides):
     """Elements from the first to one past the last of a view with non-negative strides (0 if empty)."""
-    if any(d == 0 for d in shape):
-        return 0
-    return 1 + sum((d - 1) * s for d, s in zip(shape, strides))
+    total = 1
+    for d, st in zip(shape, strides):
+        if d == 0:
+            return 0
+        total += (d - 1) * st
+    return total
 
 
 def layout_storage_shape(layout, rows, kblocks):

@@ -44,8 +44,8 @@ def eager(*tensors):
         if t is None:
             continue
         if type(t) not in _PLAIN:
-            need(isinstance(t, Tensor), f"every operand must be a torch tensor like the first, got {type(t).__name__}",
-                 TypeError)
+            if not isinstance(t, Tensor):
+                raise TypeError(f"every operand must be a torch tensor like the first, got {type(t).__name__}")
             plain = False
         elif t.is_meta:
             plain = False
@@ -83,14 +83,17 @@ def _stream(device):
 
 
 def _enum(t, what):
-    need(isinstance(t, Tensor), f"{what} must be a torch tensor, got {type(t).__name__}", TypeError)
-    e = DTYPES.get(t.dtype)
-    need(e is not None, f"{what}: dtype {t.dtype} is not supported", TypeError)
+    e = DTYPES.get(t.dtype) if isinstance(t, Tensor) else None
+    if e is None:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what} must be a torch tensor, got {type(t).__name__}")
+        raise TypeError(f"{what}: dtype {t.dtype} is not supported")
     return e
 
 
 def _same_device(t, device, what):
-    need(t.device == device, f"{what} is on {t.device}, the other operands on {device}")
+    if t.device != device:
+        raise ValueError(f"{what} is on {t.device}, the other operands on {device}")
 
 
 def _scale_arg(s, rows, kblocks, what, device):
@@ -100,11 +103,10 @@ def _scale_arg(s, rows, kblocks, what, device):
     packed = fmt == UE8M0_SCALES
     cols = s.shape[1]
     s0, s1 = s.stride()
-    avail = extent((rows, cols), (s0, s1))
-    bits = layouts_of(rows, cols, s0, s1, packed, avail)
+    avail = 1 + (rows - 1) * s0 + (cols - 1) * s1 if rows and cols else 0
     if rows % 4 and (rows <= 1 or s0 == 1):  # an aligned layout's padding lies beyond the view: is it there?
         avail = s.untyped_storage().nbytes() // 4 - s.storage_offset()
-        bits = layouts_of(rows, cols, s0, s1, packed, avail)
+    bits = layouts_of(rows, cols, s0, s1, packed, avail)
     if not bits:  # strides no layout describes: a copy in one that does
         if packed:
             buf = torch.zeros((cols, round_up(rows, 4)), dtype=torch.int32, device=device)
@@ -145,9 +147,12 @@ def _op(name, impl, fake, mutates_args=()):
 # [batch, ceil(kb/4), ld] (ld = rows rounded up to 4).
 # ---------------------------------------------------------------------------------------------------------------
 def _quant_act_shapes(x, layout, batch):
-    need(x.dim() == 2, f"x must be 2-D [rows, K] here, got {x.dim()} dimensions")
-    need(batch >= 1 and x.shape[0] % batch == 0, f"batch={batch} does not divide the {x.shape[0]} rows")
-    need(0 <= layout < N.LAYOUT_COUNT, f"unknown scale layout {layout}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [rows, K] here, got {x.dim()} dimensions")
+    if batch < 1 or x.shape[0] % batch:
+        raise ValueError(f"batch={batch} does not divide the {x.shape[0]} rows")
+    if not 0 <= layout < N.LAYOUT_COUNT:
+        raise ValueError(f"unknown scale layout {layout}")
     total, k = x.shape
     kb = ceil_div(k, BLOCK)
     if layout == ROW:
@@ -188,7 +193,8 @@ quant_act, quant_act_impl = _op("quant_act", _quant_act, _quant_act_fake)
 # blockfp8::quant_weight: w [batch, N, K] -> (q fp8 [batch, N, K], s fp32 [batch, ceil(N/128), ceil(K/128)])
 # ---------------------------------------------------------------------------------------------------------------
 def _quant_weight_shapes(w):
-    need(w.dim() == 3, f"w must be 3-D [batch, N, K] here, got {w.dim()} dimensions")
+    if w.dim() != 3:
+        raise ValueError(f"w must be 3-D [batch, N, K] here, got {w.dim()} dimensions")
     batch, n, k = w.shape
     return (batch, ceil_div(n, BLOCK), ceil_div(k, BLOCK))
 
@@ -227,7 +233,8 @@ quant_weight, quant_weight_impl = _op("quant_weight", _quant_weight, _quant_weig
 # [M, N] of out_dtype. blockfp8::gemm_out writes d [M, N] instead.
 # ---------------------------------------------------------------------------------------------------------------
 def _gemm_check(a, sa, b, sb, bias):
-    need(a.dim() == 2, f"A must be 2-D [M, K] here, got {a.dim()} dimensions")
+    if a.dim() != 2:
+        raise ValueError(f"A must be 2-D [M, K] here, got {a.dim()} dimensions")
     m, k = check_activation(a.shape, _enum(a, "A"), "A", fp8=True)
     n, _ = check_weight(b.shape, _enum(b, "B"), k, "B")
     _same_device(b, a.device, "B")
@@ -255,7 +262,8 @@ def _run_gemm(a, sa, b, sb, bias, y, out_e):
 
 def _out_enum(dtype):
     e = DTYPES.get(dtype)
-    need(e in (F32, BF16, F16), f"output dtype {dtype} is not supported: bfloat16, float16 or float32", TypeError)
+    if e not in (F32, BF16, F16):
+        raise TypeError(f"output dtype {dtype} is not supported: bfloat16, float16 or float32")
     return e
 
 
@@ -278,8 +286,10 @@ gemm, gemm_impl = _op("gemm", _gemm, _gemm_fake)
 def check_out(d, m, n, device):
     need(isinstance(d, Tensor), "d must be a torch tensor", TypeError)
     e = _out_enum(d.dtype)
-    need(tuple(d.shape) == (m, n), f"d must be [{m}, {n}], got {tuple(d.shape)}")
-    need(d.device == device, f"d is on {d.device}, the operands on {device}")
+    if d.dim() != 2 or d.shape[0] != m or d.shape[1] != n:
+        raise ValueError(f"d must be [{m}, {n}], got {tuple(d.shape)}")
+    if d.device != device:
+        raise ValueError(f"d is on {d.device}, the operands on {device}")
     need(d.is_contiguous(), "d must be contiguous (it is written in place)")
     return e
 
@@ -302,7 +312,8 @@ gemm_out, gemm_out_impl = _op("gemm_out", _gemm_out, _gemm_out_fake, mutates_arg
 # (apply_w8a8_block_fp8_linear: x quantized in the call, then the GEMM; the scratch is torch's).
 # ---------------------------------------------------------------------------------------------------------------
 def _linear_dyn_check(x, w, ws, bias):
-    need(x.dim() == 2, f"input must be 2-D [M, K] here, got {x.dim()} dimensions")
+    if x.dim() != 2:
+        raise ValueError(f"input must be 2-D [M, K] here, got {x.dim()} dimensions")
     m, k = check_activation(x.shape, _enum(x, "input"), "input")
     n, _ = check_weight(w.shape, _enum(w, "weight"), k)
     _same_device(w, x.device, "weight")
@@ -351,7 +362,8 @@ LINEARS = weakref.WeakValueDictionary()
 
 
 def _linear_check(x, handle, n, bias, out_dtype):
-    need(x.dim() == 2, f"x must be 2-D [M, K] here, got {x.dim()} dimensions")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [M, K] here, got {x.dim()} dimensions")
     check_float(_enum(x, "x"), "x")
     _out_enum(out_dtype)
     if bias is not None:
@@ -362,7 +374,8 @@ def _linear_check(x, handle, n, bias, out_dtype):
 def _linear(x: Tensor, handle: int, n: int, bias: Optional[Tensor], out_dtype: torch.dtype) -> Tensor:
     _linear_check(x, handle, n, bias, out_dtype)
     layer = LINEARS.get(handle)
-    need(layer is not None, f"blockfp8.Linear handle {handle} is unknown or its layer was freed", RuntimeError)
+    if layer is None:
+        raise RuntimeError(f"blockfp8.Linear handle {handle} is unknown or its layer was freed")
     layer.check_input(x.shape, x.device)
     dev, stream = _stream(x.device)
     x = x.contiguous()

@@ -111,15 +111,17 @@ def test_bad_inputs(rng, tmp_path):
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_compile_and_handle_lifetime(rng):
-    layer = blockfp8.Linear.from_float(torch.randn(130, 256), bias=torch.randn(130))
-    torch._dynamo.reset()
-    f = torch.compile(lambda x: layer(x) * 2, fullgraph=True, backend="aot_eager")
-    x = torch.randn(3, 256, dtype=torch.bfloat16)
-    assert torch.equal(f(x), layer(x) * 2)
-    handle = layer.handle
-    del layer, f
     import gc
 
+    layers = [blockfp8.Linear.from_float(torch.randn(130, 256), bias=torch.randn(130))]
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: layers[0](x) * 2, fullgraph=True, backend="aot_eager")
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    assert torch.equal(f(x), layers[0](x) * 2)
+    handle = layers[0].handle
+    layers.clear()
+    del f
+    torch._dynamo.reset()
     gc.collect()
     with pytest.raises(RuntimeError, match="freed"):
         torch.ops.blockfp8.linear(x, handle, 130, None, torch.bfloat16)

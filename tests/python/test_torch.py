@@ -5,7 +5,7 @@ import pytest
 
 import blockfp8
 from conftest import needs_torch, torch
-from oracle import BF16, FP8, codes, from_numpy, to_numpy
+from oracle import BF16, from_numpy, to_numpy
 
 pytestmark = needs_torch
 
@@ -213,3 +213,11 @@ def test_compiled_graph_calls_the_ops():
                       backend=backend)
     g(torch.randn(3, 384))
     assert any("blockfp8.linear_dyn" in s for s in seen), seen
+
+
+def test_fallback_warning_points_at_the_caller(rng, path):
+    wq, ws = blockfp8.per_block_quant_fp8(torch.randn(130, 256))
+    with blockfp8.policy("prefer", "hopper"):
+        with pytest.warns(blockfp8.FallbackWarning, match="hopper") as record:
+            blockfp8.apply_w8a8_block_fp8_linear(torch.randn(2, 256), wq, [128, 128], ws)
+    assert record[0].filename == __file__
