@@ -18,7 +18,6 @@ Usage: python3 bench/python_overhead.py [--device cuda|cpu] [--m 1] [--shapes ds
                                         [--json FILE] [--no-first]"""
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys

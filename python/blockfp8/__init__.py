@@ -17,19 +17,9 @@ import os
 
 import numpy as _np_mod
 
-from . import _common as _c
-from . import _native
-from . import _numpy_path as _np
-from ._common import (Explanation, FallbackWarning, backends, explain, get_policy, policy, reset_stats, set_policy,
-                      stats, unavailable_backends)
-from ._native import (DeviceError, Error, FileError, FormatError, InvalidArgumentError, NotFoundError,
-                      OutOfMemoryError, UnsupportedError)
-
-__version__ = _native.VERSION
-BLOCK = _native.BLOCK
-
+# torch first where it is: its CUDA libraries (libcublasLt among them) are then the ones in the process, and the
+# extension binds to them instead of loading a second copy of the same SONAME before torch does.
 _torch = None
-_T = None
 torch_import_error = None
 if os.environ.get("BFP8_NO_TORCH", "") in ("", "0"):
     try:
@@ -37,8 +27,21 @@ if os.environ.get("BFP8_NO_TORCH", "") in ("", "0"):
     except ImportError as e:  # torch is optional
         torch_import_error = e
         _torch = None
-    if _torch is not None:
-        from . import _torch_path as _T
+
+from . import _common as _c  # noqa: E402
+from . import _native  # noqa: E402
+from . import _numpy_path as _np  # noqa: E402
+from ._common import (Explanation, FallbackWarning, backends, explain, get_policy, policy,  # noqa: E402
+                      reset_stats, set_policy, stats, unavailable_backends)
+from ._native import (DeviceError, Error, FileError, FormatError, InvalidArgumentError,  # noqa: E402
+                      NotFoundError, OutOfMemoryError, UnsupportedError)
+
+__version__ = _native.VERSION
+BLOCK = _native.BLOCK
+
+_T = None
+if _torch is not None:
+    from . import _torch_path as _T
 
 from .linear import Linear  # noqa: E402  (after the torch path: Linear registers with it)
 

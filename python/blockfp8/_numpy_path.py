@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from . import _native as N
-from ._common import (ALIGNED, BF16, BLOCK, CPU, E4M3, F16, F32, FP32_SCALES, I32, PACKED, ROW, UE8M0_SCALES,
+from ._common import (BF16, BLOCK, CPU, E4M3, F16, F32, FP32_SCALES, I32, PACKED, ROW, UE8M0_SCALES,
                       act_layout_for, ceil_div, check_activation, check_bias, check_float,
                       check_group_size, check_scale_shape, check_weight, dtype_enum, extent, layout_storage_shape,
                       layouts_of, ml_dtypes, need, note_fallbacks, round_up)
@@ -178,5 +178,3 @@ def check_out(d, m, n):
     need(d.flags.c_contiguous and d.flags.writeable, "d must be C-contiguous and writeable (it is written in place)")
     return e
 
-
-__all__ = ["ALIGNED", "FP8", "np_dtype", "quant_act", "quant_weight", "gemm", "linear_dyn", "check_out"]

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from . import _native as N
 from ._common import (BF16, BLOCK, CPU, CUDA, DTYPES, E4M3, F16, F32, FP32_SCALES, I32, PACKED, ROW, UE8M0_SCALES,
-                      ceil_div, check_activation, check_bias, check_float, check_scale_shape, check_weight, extent,
+                      ceil_div, check_activation, check_bias, check_float, check_scale_shape, check_weight,
                       layout_storage_shape, layouts_of, need, note_fallbacks, round_up)
 
 FP8 = torch.float8_e4m3fn

@@ -8,6 +8,7 @@ cuda files the H200's 4.25 TB/s and 1979 TFLOP/s (dense FP8) are the defaults, e
 --peak or the floors are left out. Needs matplotlib (pip install matplotlib)."""
 import argparse
 import collections
+import importlib.util
 import json
 import os
 import statistics
@@ -143,9 +144,7 @@ def main(argv=None):
     parser.add_argument("--out-dtype", help="the output dtype to draw where a file has several (default: the most "
                         "common)")
     opts = parser.parse_args(argv)
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("matplotlib") is None:
         print("blockfp8.plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
         return 2
     try:

@@ -3,9 +3,13 @@ and safetensors code, and small numpy helpers that read the library's scale layo
 import ml_dtypes
 import numpy as np
 
-from crosscheck_cli import DTYPES as ST_DTYPES  # noqa: F401  (safetensors dtype names -> numpy)
-from crosscheck_cli import TOLERANCE_CPU, block_gemm, calc_diff, random_input, st_read, st_write  # noqa: F401
-from numpy_ref import BLOCK, quantize  # noqa: F401
+from crosscheck_cli import DTYPES as ST_DTYPES  # safetensors dtype names -> numpy
+from crosscheck_cli import TOLERANCE_CPU, block_gemm, calc_diff, random_input, st_read, st_write
+from numpy_ref import BLOCK, quantize
+
+__all__ = ["ST_DTYPES", "TOLERANCE_CPU", "block_gemm", "calc_diff", "random_input", "st_read", "st_write", "BLOCK",
+           "quantize", "BF16", "FP8", "NP_OUT", "TOL", "codes", "to_numpy", "from_numpy", "unpack_ue8m0",
+           "ulp_distance", "rel_err", "quantized_operands"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
