@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from . import _native as N
-from ._common import (BF16, BLOCK, CPU, CUDA, DTYPES, E4M3, F16, F32, FP32_SCALES, I32, PACKED, ROW, UE8M0_SCALES,
+from ._common import (ALIGNED, BF16, BLOCK, CPU, CUDA, DTYPES, E4M3, F16, F32, FP32_SCALES, I32, PACKED, ROW, UE8M0_SCALES,
                       ceil_div, check_activation, check_bias, check_float, check_scale_shape, check_weight,
                       layout_storage_shape, layouts_of, need, note_fallbacks, round_up)
 
@@ -96,8 +96,24 @@ def _same_device(t, device, what):
         raise ValueError(f"{what} is on {t.device}, the other operands on {device}")
 
 
-def _scale_arg(s, rows, kblocks, what, device):
-    """(tensor to keep alive, address, scale format, layout set) for the scales of a [rows x K] operand."""
+def _aligned(t):
+    """t, or a contiguous copy of it at a fresh address where its own is not 16-byte aligned (the TMA kernels need
+    aligned bases; an offset view of a tensor may not be)."""
+    return t.clone(memory_format=torch.contiguous_format) if t.data_ptr() & 15 else t
+
+
+def _fresh_scales(s, rows, cols, packed, want, device):
+    """A copy of [rows, cols] scales in a new buffer of the layout `want` (the packed one for int32 words)."""
+    if packed or want == ALIGNED:
+        buf = torch.zeros((cols, round_up(rows, 4)), dtype=torch.int32 if packed else torch.float32, device=device)
+        buf[:, :rows].copy_(s.t())
+        return buf, 1 << (PACKED if packed else ALIGNED)
+    return s.clone(memory_format=torch.contiguous_format), 1 << ROW
+
+
+def _scale_arg(s, rows, kblocks, what, device, want):
+    """(tensor to keep alive, address, scale format, layout set) for the scales of a [rows x K] operand. Scales in
+    no layout the strides describe (or, on CUDA, at an unaligned address) are copied into the layout `want`."""
     fmt = check_scale_shape(s.shape, _enum(s, what), rows, kblocks, what)
     _same_device(s, device, what)
     packed = fmt == UE8M0_SCALES
@@ -107,13 +123,8 @@ def _scale_arg(s, rows, kblocks, what, device):
     if rows % 4 and (rows <= 1 or s0 == 1):  # an aligned layout's padding lies beyond the view: is it there?
         avail = s.untyped_storage().nbytes() // 4 - s.storage_offset()
     bits = layouts_of(rows, cols, s0, s1, packed, avail)
-    if not bits:  # strides no layout describes: a copy in one that does
-        if packed:
-            buf = torch.zeros((cols, round_up(rows, 4)), dtype=torch.int32, device=device)
-            buf[:, :rows].copy_(s.t())
-            s, bits = buf, 1 << PACKED
-        else:
-            s, bits = s.contiguous(), 1 << ROW
+    if not bits or (device.type == "cuda" and s.data_ptr() & 15 and rows and cols):
+        s, bits = _fresh_scales(s, rows, cols, packed, want, device)
     return s, s.data_ptr(), fmt, bits
 
 
@@ -251,10 +262,12 @@ def _run_gemm(a, sa, b, sb, bias, y, out_e):
     device = a.device
     dev, stream = _stream(device)
     kb = ceil_div(k, BLOCK)
-    sa_keep, sa_ptr, sa_fmt, sa_bits = _scale_arg(sa, m, kb, "As", device)
-    sb_keep, sb_ptr, sb_fmt, sb_bits = _scale_arg(sb, ceil_div(n, BLOCK), kb, "Bs", device)
+    sa_keep, sa_ptr, sa_fmt, sa_bits = _scale_arg(sa, m, kb, "As", device, ALIGNED)
+    sb_keep, sb_ptr, sb_fmt, sb_bits = _scale_arg(sb, ceil_div(n, BLOCK), kb, "Bs", device, ROW)
     bias_keep, bias_ptr, bias_e = _bias_arg(bias, n, device)
     a, b = a.contiguous(), b.contiguous()
+    if dev == CUDA:
+        a, b = _aligned(a), _aligned(b)
     count = N.gemm(m, n, k, a.data_ptr(), sa_ptr, sa_fmt, sa_bits, b.data_ptr(), sb_ptr, sb_fmt, sb_bits, bias_ptr,
                    bias_e, y.data_ptr(), out_e, dev, stream)
     note_fallbacks(count)
@@ -296,7 +309,12 @@ def check_out(d, m, n, device):
 
 def _gemm_out(a: Tensor, sa: Tensor, b: Tensor, sb: Tensor, d: Tensor) -> None:
     out_e = check_out(d, a.shape[0], b.shape[0], a.device)
-    _run_gemm(a, sa, b, sb, None, d, out_e)
+    if d.device.type == "cuda" and d.data_ptr() & 15:  # written through an aligned buffer
+        tmp = torch.empty(d.shape, dtype=d.dtype, device=d.device)
+        _run_gemm(a, sa, b, sb, None, tmp, out_e)
+        d.copy_(tmp)
+    else:
+        _run_gemm(a, sa, b, sb, None, d, out_e)
 
 
 def _gemm_out_fake(a, sa, b, sb, d):
@@ -335,9 +353,11 @@ def _linear_dyn(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[
     dev, stream = _stream(device)
     xe = DTYPES[x.dtype]
     ws_keep, ws_ptr, ws_fmt, ws_bits = _scale_arg(weight_scale, ceil_div(n, BLOCK), ceil_div(k, BLOCK),
-                                                  "weight_scale", device)
+                                                  "weight_scale", device, ROW)
     bias_keep, bias_ptr, bias_e = _bias_arg(bias, n, device)
     x, weight = x.contiguous(), weight.contiguous()
+    if dev == CUDA:
+        x, weight = _aligned(x), _aligned(weight)
     nbytes = scratch_size(m, k)
     scratch = torch.empty(nbytes, dtype=torch.uint8, device=device)
     y = torch.empty((m, n), dtype=x.dtype, device=device)
@@ -379,6 +399,8 @@ def _linear(x: Tensor, handle: int, n: int, bias: Optional[Tensor], out_dtype: t
     layer.check_input(x.shape, x.device)
     dev, stream = _stream(x.device)
     x = x.contiguous()
+    if dev == CUDA:
+        x = _aligned(x)
     bias_keep, bias_ptr, bias_e = _bias_arg(bias, n, x.device)
     y = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
     count = N.linear(layer.native, x.data_ptr(), DTYPES[x.dtype], x.shape[0], bias_ptr, bias_e, y.data_ptr(),

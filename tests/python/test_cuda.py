@@ -238,6 +238,33 @@ def test_second_device():
     same(y, want)
 
 
+def test_unaligned_views_are_copied():
+    """Views at addresses that are not 16-byte aligned (the TMA kernels' requirement) give the aligned call's
+    bytes, on the backend the aligned call took."""
+    m, n, k = 16, 2112, 7168
+    x = torch.randn(m, k, device="cuda")
+    q, s = blockfp8.per_token_group_quant_fp8(x, column_major_scales=True, scale_tma_aligned=True)
+    wq, ws = blockfp8.per_block_quant_fp8(torch.randn(n, k, device="cuda"))
+    d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    blockfp8.fp8_gemm_nt((q, s), (wq, ws), d)
+    (backend,) = [b for b, c in blockfp8.stats()["calls"].items() if c]
+
+    def offset(t, extra):
+        flat = torch.empty(t.numel() + extra, dtype=t.dtype, device="cuda")
+        view = flat[extra:].view(t.shape)
+        view.copy_(t)
+        return view
+
+    s_off = torch.empty(s.shape[1] * 16 + 1, device="cuda")[1:].as_strided(s.shape, (1, 16))
+    s_off.copy_(s)
+    d_off = offset(torch.zeros(m, n, dtype=torch.bfloat16, device="cuda"), 1)
+    with blockfp8.policy("strict", backend):
+        blockfp8.fp8_gemm_nt((offset(q, 1), s_off), (offset(wq, 3), offset(ws, 1)), d_off)
+    same(d_off, d)
+    y = blockfp8.apply_w8a8_block_fp8_linear(offset(x.bfloat16(), 1), offset(wq, 1), [128, 128], ws)
+    same(y, blockfp8.apply_w8a8_block_fp8_linear(x.bfloat16(), wq, [128, 128], ws))
+
+
 def test_mixed_devices_refused():
     x = torch.randn(4, 512, device="cuda")
     wq, ws = blockfp8.per_block_quant_fp8(torch.randn(256, 512))
