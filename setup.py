@@ -38,7 +38,8 @@ setup(
             "blockfp8._native",
             sources=["python/blockfp8/_native.c"],
             include_dirs=[os.path.join(ROOT, "include")],
-            extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+            extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers"],
         )
     ],
     cmdclass={"build_ext": BuildWithMake},

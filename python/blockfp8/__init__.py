@@ -125,7 +125,8 @@ def per_block_quant_fp8(w, block_size=(128, 128), scale_ue8m0=False):
     if not _is_torch(w):
         return _np.quant_weight(w, block_size, scale_ue8m0)
     shape = w.shape
-    _c.need(len(shape) >= 2, f"w must be [..., N, K], got shape {tuple(shape)}")
+    if len(shape) < 2:
+        raise ValueError(f"w must be [..., N, K], got shape {tuple(shape)}")
     n, k = shape[-2], shape[-1]
     w3 = w.reshape(math.prod(shape[:-2]), n, k)
     q, s = (_T.quant_weight_impl if _T.eager(w) else _T.quant_weight)(w3, bool(scale_ue8m0))
@@ -133,8 +134,9 @@ def per_block_quant_fp8(w, block_size=(128, 128), scale_ue8m0=False):
 
 
 def _act_scales_2d(As, a_shape, m):
-    _c.need(As.dim() == len(a_shape) and tuple(As.shape[:-1]) == tuple(a_shape[:-1]),
-            f"As must be [..., ceil(K/128)] with A's leading dimensions {tuple(a_shape[:-1])}, got {tuple(As.shape)}")
+    if As.dim() != len(a_shape) or tuple(As.shape[:-1]) != tuple(a_shape[:-1]):
+        raise ValueError(f"As must be [..., ceil(K/128)] with A's leading dimensions {tuple(a_shape[:-1])}, "
+                         f"got {tuple(As.shape)}")
     return As if As.dim() == 2 else As.reshape(m, As.shape[-1])
 
 
@@ -185,7 +187,8 @@ def apply_w8a8_block_fp8_linear(input, weight, block_size, weight_scale, input_s
 
 
 def _pair(p, what):
-    _c.need(isinstance(p, (tuple, list)) and len(p) == 2, f"{what} must be a pair (tensor, scales)", TypeError)
+    if not isinstance(p, (tuple, list)) or len(p) != 2:
+        raise TypeError(f"{what} must be a pair (tensor, scales)")
     return p
 
 
@@ -196,11 +199,12 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims=None, disable_ue8m0_
     must be contiguous. recipe must be None or (1, 128, 128); compiled_dims and disable_ue8m0_cast are accepted
     and ignored (nothing is compiled per shape; scales are never cast)."""
     (a_, sfa), (b_, sfb) = _pair(a, "a"), _pair(b, "b")
-    _c.need(recipe is None or tuple(recipe) == (1, BLOCK, BLOCK),
-            f"recipe={recipe!r}: blockfp8 runs 1x128 activation and 128x128 weight scales only")
+    if recipe is not None and tuple(recipe) != (1, BLOCK, BLOCK):
+        raise ValueError(f"recipe={recipe!r}: blockfp8 runs 1x128 activation and 128x128 weight scales only")
     if not _is_torch(a_):
         m, k = _c.check_activation(a_.shape, _np.enum_of(a_, "a"), "a", fp8=True)
-        _c.need(a_.ndim == 2, f"a must be 2-D [M, K], got shape {a_.shape}")
+        if a_.ndim != 2:
+            raise ValueError(f"a must be 2-D [M, K], got shape {a_.shape}")
         n = b_.shape[0] if getattr(b_, "ndim", 0) == 2 else -1
         out_e = _np.check_out(d, m, n)
         if c is not None:
@@ -211,7 +215,8 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims=None, disable_ue8m0_
         if c is not None:
             _np_mod.add(d, c, out=d)
         return None
-    _c.need(a_.dim() == 2, f"a must be 2-D [M, K], got shape {tuple(a_.shape)}")
+    if a_.dim() != 2:
+        raise ValueError(f"a must be 2-D [M, K], got shape {tuple(a_.shape)}")
     if c is not None:
         _check_c(c, d)
         if c is d or (_T.eager(c, d) and c.untyped_storage().data_ptr() == d.untyped_storage().data_ptr()):
@@ -226,6 +231,7 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims=None, disable_ue8m0_
 
 
 def _check_c(c, d):
-    _c.need(tuple(c.shape) == tuple(d.shape), f"c must have d's shape {tuple(d.shape)}, got {tuple(c.shape)}")
+    if tuple(c.shape) != tuple(d.shape):
+        raise ValueError(f"c must have d's shape {tuple(d.shape)}, got {tuple(c.shape)}")
     _c.need(_c.dtype_enum(c.dtype) == _c.F32 and _c.dtype_enum(d.dtype) == _c.F32,
             "with c, d and c must be float32 (as in DeepGEMM)", TypeError)

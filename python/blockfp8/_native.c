@@ -159,7 +159,9 @@ static PyObject *py_set_num_threads(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_get_num_threads(PyObject *self, PyObject *unused) { return PyLong_FromLong(bfp8_get_num_threads()); }
+static PyObject *py_get_num_threads(PyObject *self, PyObject *unused) {
+    return PyLong_FromLong(bfp8_get_num_threads());
+}
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Quantization
@@ -313,7 +315,8 @@ static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t
     bfp8_status st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)b_fmt, first_layout((uint32_t)b_set),
                                       ceil_div(n, BFP8_BLOCK), kblocks, sb);
     const uint32_t a_set = layouts_for_format((bfp8_scale_format)b_fmt);
-    if (st == BFP8_OK) st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)b_fmt, first_layout(a_set), m, kblocks, sa);
+    if (st == BFP8_OK)
+        st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)b_fmt, first_layout(a_set), m, kblocks, sa);
     bool short_scratch = false;
     if (st == BFP8_OK) {
         Py_BEGIN_ALLOW_THREADS

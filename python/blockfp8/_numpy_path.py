@@ -31,10 +31,11 @@ def ptr(a):
 
 
 def enum_of(a, what):
-    need(isinstance(a, np.ndarray), f"{what} must be a numpy array (or a torch tensor), got {type(a).__name__}",
-         TypeError)
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array (or a torch tensor), got {type(a).__name__}")
     e = dtype_enum(a.dtype)
-    need(e is not None, f"{what}: dtype {a.dtype} is not supported", TypeError)
+    if e is None:
+        raise TypeError(f"{what}: dtype {a.dtype} is not supported")
     return e
 
 
@@ -111,7 +112,8 @@ def quant_act(x, group_size, eps, column_major_scales, scale_tma_aligned, scale_
 def quant_weight(w, block_size, scale_ue8m0):
     we = enum_of(w, "w")
     check_float(we, "w")
-    need(w.ndim >= 2, f"w must be [..., N, K], got shape {w.shape}")
+    if w.ndim < 2:
+        raise ValueError(f"w must be [..., N, K], got shape {w.shape}")
     n, k = w.shape[-2:]
     nb, kb = ceil_div(n, BLOCK), ceil_div(k, BLOCK)
     w = contiguous(w)
@@ -125,9 +127,11 @@ def quant_weight(w, block_size, scale_ue8m0):
 
 
 def _act_scales_2d(As, a_shape, m, what):
-    need(isinstance(As, np.ndarray), f"{what} must be a numpy array", TypeError)
-    need(As.ndim == len(a_shape) and As.shape[:-1] == tuple(a_shape[:-1]),
-         f"{what} must be [..., ceil(K/128)] with A's leading dimensions {tuple(a_shape[:-1])}, got {As.shape}")
+    if not isinstance(As, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array")
+    if As.ndim != len(a_shape) or As.shape[:-1] != tuple(a_shape[:-1]):
+        raise ValueError(f"{what} must be [..., ceil(K/128)] with A's leading dimensions {tuple(a_shape[:-1])}, "
+                         f"got {As.shape}")
     return As.reshape(m, As.shape[-1])
 
 
@@ -174,7 +178,8 @@ def check_out(d, m, n):
     need(isinstance(d, np.ndarray), "d must be a numpy array", TypeError)
     e = dtype_enum(d.dtype)
     check_float(e, "d")
-    need(d.shape == (m, n), f"d must be [{m}, {n}], got {d.shape}")
+    if d.shape != (m, n):
+        raise ValueError(f"d must be [{m}, {n}], got {d.shape}")
     need(d.flags.c_contiguous and d.flags.writeable, "d must be C-contiguous and writeable (it is written in place)")
     return e
 

@@ -28,7 +28,8 @@ def _host_array(t, what):
     T, torch = _torch()
     if T is not None and isinstance(t, torch.Tensor):
         e = T.DTYPES.get(t.dtype)
-        _c.need(e is not None, f"{what}: dtype {t.dtype} is not supported", TypeError)
+        if e is None:
+            raise TypeError(f"{what}: dtype {t.dtype} is not supported")
         host = t.detach().to("cpu").contiguous()
         if e == _c.BF16:
             host = host.view(torch.int16)
@@ -90,7 +91,8 @@ class Linear:
         bias_bits = None
         if extra is not None:
             dtype, shape, data = extra
-            _c.need(dtype in _c.FLOATS, f"bias '{bias}' must be F32, BF16 or F16", TypeError)
+            if dtype not in _c.FLOATS:
+                raise TypeError(f"bias '{bias}' must be F32, BF16 or F16")
             bias_bits = _BiasBits(np.frombuffer(data, _RAW[dtype]).reshape(shape).copy(), dtype)
         return cls(native, device, bias_bits)
 
@@ -120,7 +122,8 @@ class Linear:
         """Quantizes w [N, K] (float32, bfloat16 or float16) in 128x128 blocks (bfp8_weight_quantize)."""
         host, e = _host_array(w, "w")
         _c.check_float(e, "w")
-        _c.need(host.ndim == 2, f"w must be 2-D [N, K], got shape {host.shape}")
+        if host.ndim != 2:
+            raise ValueError(f"w must be 2-D [N, K], got shape {host.shape}")
         native, _ = N.weight_quantize(_np.ptr(host), e, host.shape[0], host.shape[1],
                                       _c.UE8M0_SCALES if scale_ue8m0 else _c.FP32_SCALES)
         return cls(native, cls._device_of(w) if device is None else device, bias)
@@ -131,9 +134,10 @@ class Linear:
 
     # -- use -------------------------------------------------------------------------------------------------
     def check_input(self, shape, device):
-        _c.need(len(shape) >= 1 and shape[-1] == self.in_features,
-                f"x must be [..., {self.in_features}], got shape {tuple(shape)}")
-        _c.need(device == self.device, f"x is on {device}, this layer on {self.device}")
+        if not shape or shape[-1] != self.in_features:
+            raise ValueError(f"x must be [..., {self.in_features}], got shape {tuple(shape)}")
+        if device != self.device:
+            raise ValueError(f"x is on {device}, this layer on {self.device}")
 
     def __call__(self, x, out_dtype=None):
         """y [..., N] = x [..., K] @ W^T (+ bias); out_dtype defaults to x's dtype."""
@@ -142,7 +146,8 @@ class Linear:
             return self._torch_call(T, torch, x, out_dtype)
         xe = _np.enum_of(x, "x")
         _c.check_float(xe, "x")
-        _c.need(self._dev == _c.CPU, f"numpy inputs need a CPU layer, this one is on {self.device}")
+        if self._dev != _c.CPU:
+            raise ValueError(f"numpy inputs need a CPU layer, this one is on {self.device}")
         self.check_input(x.shape, self.device)
         m = math.prod(x.shape[:-1])
         out_e = xe if out_dtype is None else _c.out_dtype_enum(out_dtype)

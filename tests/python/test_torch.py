@@ -34,7 +34,8 @@ FLAGS = [(False, False, False), (True, False, False), (True, True, False), (True
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("shape,flags", [(shape, flags) for shape in [(300,), (1, 1), (5, 300), (2, 3, 1000), (2, 1, 129)]
+@pytest.mark.parametrize("shape,flags", [(shape, flags)
+                                         for shape in [(300,), (1, 1), (5, 300), (2, 3, 1000), (2, 1, 129)]
                                          for flags in FLAGS if len(shape) >= 2 or not flags[0]])
 def test_act_quant_same_as_numpy(rng, path, dtype, shape, flags):
     x = (rng.standard_normal(shape) * 3).astype({"float32": np.float32, "bfloat16": BF16, "float16": np.float16}[dtype])
