@@ -156,6 +156,8 @@ def _op(name, impl, fake, mutates_args=()):
     _LIB.define(name + torch.library.infer_schema(impl, mutates_args=mutates_args))
     for key in ("CPU", "CUDA"):
         _LIB.impl(name, run, key)
+    # Inference only: the outputs never require grad, through the dispatcher as in the eager path.
+    _LIB.impl(name, torch.library.fallthrough_kernel, "Autograd")
     torch.library.register_fake(f"blockfp8::{name}", fake, lib=_LIB)
     return getattr(torch.ops.blockfp8, name).default, run
 

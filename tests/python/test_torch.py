@@ -222,3 +222,15 @@ def test_fallback_warning_points_at_the_caller(rng, path):
         with pytest.warns(blockfp8.FallbackWarning, match="hopper") as record:
             blockfp8.apply_w8a8_block_fp8_linear(torch.randn(2, 256), wq, [128, 128], ws)
     assert record[0].filename == __file__
+
+
+def test_inference_only_outputs_never_require_grad(path):
+    """The ops are not differentiable: their outputs never require grad, eager, through the ops or compiled."""
+    wq, ws = blockfp8.per_block_quant_fp8(torch.randn(130, 256))
+    x = torch.randn(2, 256, requires_grad=True)
+    assert not blockfp8.apply_w8a8_block_fp8_linear(x, wq, [128, 128], ws).requires_grad
+    assert not blockfp8.per_token_group_quant_fp8(x)[1].requires_grad
+    torch._dynamo.reset()
+    g = torch.compile(lambda x: blockfp8.apply_w8a8_block_fp8_linear(x, wq, [128, 128], ws), fullgraph=True,
+                      backend="aot_eager")
+    assert not g(x).requires_grad
