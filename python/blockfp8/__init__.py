@@ -205,7 +205,7 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims=None, disable_ue8m0_
         m, k = _c.check_activation(a_.shape, _np.enum_of(a_, "a"), "a", fp8=True)
         if a_.ndim != 2:
             raise ValueError(f"a must be 2-D [M, K], got shape {a_.shape}")
-        n = b_.shape[0] if getattr(b_, "ndim", 0) == 2 else -1
+        n, _ = _c.check_weight(b_.shape, _np.enum_of(b_, "b"), k, "b")
         out_e = _np.check_out(d, m, n)
         if c is not None:
             _check_c(c, d)

@@ -3,6 +3,7 @@
 quantized in the call, then the dispatched GEMM, bias fused)."""
 import itertools
 import math
+import os
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class Linear:
                 TypeError)
         _c.need(isinstance(name, str) and name, "name must be the weight's tensor name", TypeError)
         _c.need(bias is None or isinstance(bias, str), "bias must be a tensor name of the same file", TypeError)
-        native, extra = N.weight_load(str(path), name, bias)
+        native, extra = N.weight_load(os.fsdecode(path), name, bias)
         bias_bits = None
         if extra is not None:
             dtype, shape, data = extra
