@@ -1,5 +1,5 @@
-"""Bit-exact quantization against the C command-line tool on the same data: `blockfp8 quantize` writes codes and
-row-major fp32 scales; the numpy path and the torch path must give the same bytes."""
+"""The same bytes as the C command-line tool on the same data: `blockfp8 quantize` (codes and row-major fp32
+scales) and `blockfp8 linear` (bfp8_linear), against the numpy path and the torch path."""
 import os
 import subprocess
 
@@ -8,7 +8,7 @@ import pytest
 
 import blockfp8
 from conftest import cli_path, torch
-from oracle import ST_DTYPES, codes, from_numpy, random_input, st_read, st_write
+from oracle import ST_DTYPES, codes, from_numpy, random_input, st_read, st_write, to_numpy
 
 CLI = cli_path()
 pytestmark = pytest.mark.skipif(not os.access(CLI, os.X_OK), reason=f"{CLI} is not built (make cli)")
@@ -46,3 +46,43 @@ def test_quantize_matches_cli(tmp_path, rng, kind, scale_format, shape):
         np.testing.assert_array_equal(codes(q), codes(cli_q), err_msg=path)
         s = s.numpy() if hasattr(s, "numpy") else s
         np.testing.assert_array_equal(s.view(np.uint32), cli_s.view(np.uint32), err_msg=path)
+
+
+@pytest.mark.parametrize("out", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("backend", ["cpu", "ref"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_matches_cli(tmp_path, rng, out, backend, bias):
+    """`blockfp8 linear` (bfp8_linear in C) and the Python layer and functions give the same bytes."""
+    import blockfp8
+    from oracle import BF16, BLOCK, FP8, quantize
+
+    m, n, k = 5, 300, 700
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    qw, sw, _ = quantize(w, BLOCK, False)
+    x = rng.standard_normal((m, k)).astype(BF16)
+    tensors = {"layer.weight": ("F8_E4M3", qw.view(FP8)), "layer.weight_scale_inv": ("F32", sw)}
+    b = (rng.standard_normal(n)).astype(BF16)
+    if bias:
+        tensors["layer.bias"] = ("BF16", b)
+    wpath, xpath, ypath = (str(tmp_path / f) for f in ("w.safetensors", "x.safetensors", "y.safetensors"))
+    st_write(wpath, tensors)
+    st_write(xpath, {"hidden": ("BF16", x)})
+    cmd = [CLI, "linear", "--weights", wpath, "--weight", "layer.weight", "--in", xpath, "--input", "hidden",
+           "--out", ypath, "--out-dtype", out, "--backend", backend, "--strict"]
+    if bias:
+        cmd += ["--bias", "layer.bias"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    want = st_read(ypath)["y"][1]
+    dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[out]
+    layer = blockfp8.Linear.from_safetensors(wpath, "layer.weight", bias="layer.bias" if bias else None)
+    with blockfp8.policy("strict", backend):
+        got = {"Linear": layer(x, out_dtype=dtype)}
+        if out == "bf16":  # apply_w8a8_block_fp8_linear's output has the input's dtype
+            got["apply_w8a8_block_fp8_linear"] = blockfp8.apply_w8a8_block_fp8_linear(
+                x, qw.view(FP8), [128, 128], sw, bias=b if bias else None)
+        if torch is not None:
+            got["Linear (torch)"] = layer(from_numpy(x), out_dtype=dtype)
+    for what, y in got.items():
+        y = y if isinstance(y, np.ndarray) else to_numpy(y)
+        np.testing.assert_array_equal(y.view(np.uint8), want.view(np.uint8), err_msg=what)
