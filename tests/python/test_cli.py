@@ -86,3 +86,23 @@ def test_linear_matches_cli(tmp_path, rng, out, backend, bias):
     for what, y in got.items():
         y = y if isinstance(y, np.ndarray) else to_numpy(y)
         np.testing.assert_array_equal(y.view(np.uint8), want.view(np.uint8), err_msg=what)
+
+
+EXPLAIN_CASES = [  # (explain() keywords, the CLI's flags)
+    (dict(m=16, n=2112, k=7168), []),
+    (dict(m=1, n=129, k=100, out_dtype="fp32", scale_format="ue8m0"), ["--out-dtype", "fp32", "--scale-format",
+                                                                       "ue8m0"]),
+    (dict(m=16, n=2112, k=7168, device="cuda", arch=90, bias="bf16"), ["--device", "cuda", "--arch", "90", "--bias",
+                                                                       "--bias-dtype", "bf16"]),
+    (dict(m=4096, n=7168, k=2048, device="cuda", arch=90, gemm=True), ["--device", "cuda", "--arch", "90", "--gemm"]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(EXPLAIN_CASES)))
+def test_explain_text_is_the_cli_table(case):
+    import blockfp8
+
+    kwargs, flags = EXPLAIN_CASES[case]
+    proc = subprocess.run([CLI, "explain", "--m", str(kwargs["m"]), "--n", str(kwargs["n"]), "--k", str(kwargs["k"])]
+                          + flags, capture_output=True, text=True)
+    assert str(blockfp8.explain(**kwargs)) == proc.stdout
