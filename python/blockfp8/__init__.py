@@ -24,7 +24,7 @@ torch_import_error = None
 if os.environ.get("BFP8_NO_TORCH", "") in ("", "0"):
     try:
         import torch as _torch
-    except ImportError as e:  # torch is optional
+    except (ImportError, OSError) as e:  # optional; a torch that cannot load leaves the numpy path working
         torch_import_error = e
         _torch = None
 
