@@ -19,6 +19,8 @@
 
 BUILD    ?= build
 SANITIZE ?= 0
+# The virtual environment of the Python package's tests (`make deps` fills it; `make clean` keeps it).
+PYTHON_VENV ?= .venv
 CUDA     ?= auto
 CLANG    ?= clang
 PREFIX   ?= /usr/local
@@ -127,7 +129,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 .PHONY: all lib cli demo quant-bench gpu-tools test check-deps check-test-deps check-unit check-ptxas check-asan \
         check-clang check-cli check-crosscheck check-exports check-install check-runtime check-nonroot fuzz \
-        fuzz-build deps install uninstall clean help tsan FORCE
+        fuzz-build deps install uninstall clean help tsan check-python print-ldlibs FORCE
 
 all: lib cli
 
@@ -164,6 +166,7 @@ check-test-deps:
 
 deps:
 	sh scripts/install-deps.sh --all
+	sh scripts/install-python-deps.sh $(PYTHON_VENV)
 
 # --- library, CLI, tests --------------------------------------------------------------------------------------------
 $(BUILD)/obj/%_avx2.o: %_avx2.c | check-deps
@@ -279,6 +282,7 @@ test: check-test-deps
 	$(MAKE) --no-print-directory check-clang
 	$(MAKE) --no-print-directory check-cli
 	$(MAKE) --no-print-directory check-crosscheck
+	$(MAKE) --no-print-directory check-python
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-30}
 	@echo "make test: all stages passed"
 
@@ -325,6 +329,17 @@ check-cli: $(CLI)
 
 check-crosscheck: $(CLI)
 	for f in tests/crosscheck_*.py; do python3 $$f --build $(BUILD) || exit 1; done
+
+# The Python package (python/blockfp8, tests/python): built into a virtual environment by pip, as a user installs
+# it, then its pytest suite (scripts/install-python-deps.sh puts numpy, ml_dtypes, pytest and torch there).
+check-python: $(CLI)
+	@sh scripts/install-python-deps.sh --check $(PYTHON_VENV)
+	BFP8_BUILD_DIR=$(BUILD) $(PYTHON_VENV)/bin/python -m pip install --no-build-isolation --no-deps --quiet .
+	BFP8_CLI=$(CURDIR)/$(CLI) $(PYTHON_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/python
+
+# The link line of a program that uses $(LIB_A) (setup.py links the Python extension with it).
+print-ldlibs:
+	@echo $(LDLIBS_BASE)
 
 # --- fuzzing (clang libFuzzer) --------------------------------------------------------------------------------------
 FUZZ_BIN := build-fuzz/fuzz_safetensors

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Host overhead of the Python binding over the C call, and the time to the first result of a new shape.
+
+Overhead (at M=1 by default, on the DeepSeek-R1 layer shapes): for apply_w8a8_block_fp8_linear and fp8_gemm_nt,
+the host time of one call, from entering the function to its return (the GPU work is queued, not waited for),
+median of --iters calls each after a synchronize so that no launch waits for queue space:
+  - python:   the public function (eager path: the op's implementation called directly);
+  - torch.ops: the same through torch.ops.blockfp8 (the path a torch.compile graph takes; BFP8_TORCH_OPS=1);
+  - C:        the extension's call into libblockfp8 with every buffer made beforehand (bfp8_gemm, or the
+              activation quantization + bfp8_gemm of the linear call): the library's own host time;
+  - deep_gemm: DeepGEMM's fp8_gemm_nt on the same operands, where the deep_gemm package imports.
+The overhead is python - C.
+
+First result: in a fresh process per case, the wall time from the call to the synchronized result for the first
+shape the process sees, then for a second new shape, against the steady-state time of the same call.
+
+Usage: python3 bench/python_overhead.py [--device cuda|cpu] [--m 1] [--shapes dsr1|NxK,...] [--iters 200]
+                                        [--json FILE] [--no-first]"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+DSR1 = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (36864, 7168), (7168, 18432), (4096, 7168),
+        (7168, 2048)]
+
+
+def parse_shapes(text):
+    if text == "dsr1":
+        return DSR1
+    return [tuple(int(v) for v in s.lower().split("x")) for s in text.split(",")]
+
+
+def host_times(fn, sync, iters, warmup=10):
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        times.append((t1 - t0) * 1e6)
+        sync()
+    return statistics.median(times)
+
+
+def overhead(device, m, shapes, iters):
+    import torch
+
+    import blockfp8
+    from blockfp8 import _native as N
+    from blockfp8 import _torch_path as T
+
+    try:
+        import deep_gemm
+    except Exception:  # absent, or present but unusable here
+        deep_gemm = None
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    dev = N.DEVICE_CUDA if device == "cuda" else N.DEVICE_CPU
+    rows = []
+    for n, k in shapes:
+        x = torch.randn(m, k, dtype=torch.bfloat16, device=device)
+        wq, ws = blockfp8.per_block_quant_fp8(torch.randn(n, k, device=device) / k ** 0.5)
+        q, s = blockfp8.per_token_group_quant_fp8(x, column_major_scales=True, scale_tma_aligned=True)
+        d = torch.empty(m, n, dtype=torch.bfloat16, device=device)
+        stream = (lambda: torch.cuda.current_stream().cuda_stream) if device == "cuda" else (lambda: None)
+        st = stream()
+        scratch_bytes = T.scratch_size(m, k)
+        scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=device)
+        y = torch.empty(m, n, dtype=torch.bfloat16, device=device)
+        row = 1 << N.LAYOUT_ROW_MAJOR
+        sa_bits = 1 << N.LAYOUT_MN_MAJOR_ALIGNED  # what q, s (column-major, TMA-aligned) are
+        ptrs = dict(x=x.data_ptr(), wq=wq.data_ptr(), ws=ws.data_ptr(), q=q.data_ptr(), s=s.data_ptr(),
+                    d=d.data_ptr(), scratch=scratch.data_ptr(), y=y.data_ptr())
+        cases = {
+            "apply_w8a8_block_fp8_linear": {
+                "python": lambda: blockfp8.apply_w8a8_block_fp8_linear(x, wq, [128, 128], ws),
+                "torch.ops": lambda: T.linear_dyn(x, wq, ws, None),
+                "C": lambda: N.linear_dyn(ptrs["x"], N.DTYPE_BF16, m, k, ptrs["scratch"], scratch_bytes, n, ptrs["wq"],
+                                          ptrs["ws"], N.SCALE_FP32, row, None, N.DTYPE_F32, ptrs["y"], N.DTYPE_BF16,
+                                          dev, st),
+            },
+            "fp8_gemm_nt": {
+                "python": lambda: blockfp8.fp8_gemm_nt((q, s), (wq, ws), d),
+                "torch.ops": lambda: T.gemm_out(q, s, wq, ws, d),
+                "C": lambda: N.gemm(m, n, k, ptrs["q"], ptrs["s"], N.SCALE_FP32, sa_bits, ptrs["wq"], ptrs["ws"],
+                                    N.SCALE_FP32, row, None, N.DTYPE_F32, ptrs["d"], N.DTYPE_BF16, dev, st),
+            },
+        }
+        if deep_gemm is not None and device == "cuda":
+            cases["fp8_gemm_nt"]["deep_gemm"] = lambda: deep_gemm.fp8_gemm_nt((q, s), (wq, ws), d)
+        for fn_name, variants in cases.items():
+            result = {"function": fn_name, "m": m, "n": n, "k": k, "device": device}
+            for variant, fn in variants.items():
+                try:
+                    result[variant + "_us"] = round(host_times(fn, sync, iters), 3)
+                except Exception as e:  # a variant that cannot run here is reported, not fatal
+                    result[variant + "_error"] = f"{type(e).__name__}: {e}"
+            if "python_us" in result and "C_us" in result:
+                result["overhead_us"] = round(result["python_us"] - result["C_us"], 3)
+            rows.append(result)
+            print("  ".join(f"{key}={value}" for key, value in result.items()), flush=True)
+    return rows
+
+
+FIRST = r"""
+import sys, time, json
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+import blockfp8
+t2 = time.perf_counter()
+device, m, shapes = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+if device == "cuda":
+    torch.zeros(1, device="cuda"); sync()  # the CUDA context is torch's, not the first call's
+out = {"import_torch_s": t1 - t0, "import_blockfp8_s": t2 - t1, "calls": []}
+for n, k in shapes:
+    x = torch.randn(m, k, dtype=torch.bfloat16, device=device)
+    wq = torch.randn(n, k, device=device).to(torch.float8_e4m3fn)
+    ws = torch.rand((n + 127) // 128, (k + 127) // 128, device=device) * 1e-2
+    sync()
+    times = []
+    for i in range(6):
+        a = time.perf_counter()
+        blockfp8.apply_w8a8_block_fp8_linear(x, wq, [128, 128], ws)
+        sync()
+        times.append(time.perf_counter() - a)
+    out["calls"].append({"n": n, "k": k, "first_s": times[0], "steady_s": sorted(times[1:])[2]})
+print(json.dumps(out))
+"""
+
+
+def first_result(device, m, shapes):
+    """Fresh processes: each runs two new shapes in turn (the first pays the process's first use)."""
+    rows = []
+    for i in range(0, len(shapes) - 1, 2):
+        pair = shapes[i:i + 2]
+        proc = subprocess.run([sys.executable, "-c", FIRST, device, str(m), json.dumps(pair)], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            print(proc.stderr, file=sys.stderr)
+            continue
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        for j, call in enumerate(got["calls"]):
+            row = {"function": "apply_w8a8_block_fp8_linear", "m": m, "n": call["n"], "k": call["k"],
+                   "device": device, "which": "first shape of the process" if j == 0 else "a second new shape",
+                   "first_call_ms": round(call["first_s"] * 1e3, 3), "steady_ms": round(call["steady_s"] * 1e3, 3),
+                   "import_blockfp8_ms": round(got["import_blockfp8_s"] * 1e3, 1)}
+            rows.append(row)
+            print("  ".join(f"{key}={value}" for key, value in row.items()), flush=True)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--m", type=int, default=1)
+    parser.add_argument("--shapes", default="dsr1")
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--no-first", action="store_true", help="skip the time-to-first-result runs")
+    opts = parser.parse_args()
+    shapes = parse_shapes(opts.shapes)
+    print(f"# host time per call, M={opts.m}, {opts.device}, median of {opts.iters} (python - C = overhead)")
+    rows = overhead(opts.device, opts.m, shapes, opts.iters)
+    if not opts.no_first:
+        print("# time to the first result of a new shape (fresh processes)")
+        rows += first_result(opts.device, opts.m, shapes)
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,839 @@
+/* blockfp8._native: the one file through which Python calls libblockfp8 (include/blockfp8.h, public API only).
+ *
+ * Thin on purpose: functions take integer addresses, sizes and enum values, build the library's structs here (so
+ * no struct layout is ever copied into Python), call the library with the GIL released, and raise an exception
+ * carrying bfp8_last_error() on failure. Shapes, dtypes, devices and layouts are decided in the package's Python
+ * modules; the library validates everything again.
+ *
+ * Calls that run a GEMM return the default dispatcher's count of distinct fallbacks, so that the Python layer can
+ * warn once per new reason without a second call. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blockfp8.h"
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Errors: one exception class per status, all under blockfp8.Error (a RuntimeError).
+ * ------------------------------------------------------------------------------------------------------------- */
+static PyObject *Error;                  /* base */
+static PyObject *status_errors[BFP8_ERR_DEVICE + 1];
+
+static PyObject *raise_status(bfp8_status st, const char *what) {
+    PyObject *cls = (st > 0 && st <= BFP8_ERR_DEVICE && status_errors[st]) ? status_errors[st] : Error;
+    const char *msg = bfp8_last_error();
+    PyObject *text = msg && msg[0] ? PyUnicode_FromFormat("%s: %s", what, msg)
+                                   : PyUnicode_FromFormat("%s: %s", what, bfp8_status_name(st));
+    if (!text) return NULL;
+    PyObject *exc = PyObject_CallOneArg(cls, text);
+    Py_DECREF(text);
+    if (!exc) return NULL;
+    PyObject *name = PyUnicode_FromString(bfp8_status_name(st));
+    if (name) {
+        PyObject_SetAttrString(exc, "status", name);
+        Py_DECREF(name);
+    }
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Argument helpers for METH_FASTCALL (positional only; the Python layer names things)
+ * ------------------------------------------------------------------------------------------------------------- */
+static int want_args(const char *fn, Py_ssize_t nargs, Py_ssize_t want) {
+    if (nargs == want) return 0;
+    PyErr_Format(PyExc_TypeError, "_native.%s takes %zd arguments (%zd given)", fn, want, nargs);
+    return -1;
+}
+
+/* An address as an int (None = NULL). */
+static int arg_ptr(PyObject *o, void **out) {
+    if (o == Py_None) {
+        *out = NULL;
+        return 0;
+    }
+    if (!PyLong_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "expected an integer address or None");
+        return -1;
+    }
+    *out = PyLong_AsVoidPtr(o);
+    return (*out == NULL && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int arg_i64(PyObject *o, int64_t *out) {
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int arg_int(PyObject *o, int *out) {
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "enum value out of range");
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* A str or None. */
+static int arg_str(PyObject *o, const char **out) {
+    if (o == Py_None) {
+        *out = NULL;
+        return 0;
+    }
+    *out = PyUnicode_AsUTF8(o);
+    return *out ? 0 : -1;
+}
+
+static bfp8_dispatcher *dispatcher(void) {
+    bfp8_dispatcher *d = bfp8_dispatcher_default();
+    if (!d) raise_status(BFP8_ERR_UNSUPPORTED, "blockfp8");
+    return d;
+}
+
+static PyObject *fallback_count(bfp8_dispatcher *d) { return PyLong_FromSize_t(bfp8_dispatcher_fallback_count(d)); }
+
+/* The layouts a scale format can be stored in: those bfp8_scales_init accepts with it. */
+static uint32_t layouts_for_format(bfp8_scale_format format) {
+    uint32_t set = 0;
+    for (int l = 0; l < BFP8_LAYOUT_COUNT; l++) {
+        bfp8_scales s;
+        if (bfp8_scales_init(&s, format, (bfp8_scale_layout)l, 1, 1, NULL) == BFP8_OK) set |= BFP8_BIT(l);
+    }
+    return set;
+}
+
+static bfp8_scale_layout first_layout(uint32_t set) {
+    for (int l = 0; l < BFP8_LAYOUT_COUNT; l++)
+        if (set & BFP8_BIT(l)) return (bfp8_scale_layout)l;
+    return BFP8_LAYOUT_ROW_MAJOR;
+}
+
+/* Activation scales: the 16-byte-aligned MN-major layout where the backend reads it (the TMA kernels), else the
+ * first one it takes. */
+static bfp8_scale_layout act_layout(uint32_t set) {
+    if (set & BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED)) return BFP8_LAYOUT_MN_MAJOR_ALIGNED;
+    return first_layout(set);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Module information
+ * ------------------------------------------------------------------------------------------------------------- */
+static PyObject *py_cuda_available(PyObject *self, PyObject *unused) {
+    char why[512];
+    bool ok = bfp8_cuda_available(why, sizeof why);
+    return Py_BuildValue("(Os)", ok ? Py_True : Py_False, why);
+}
+
+static PyObject *py_layouts_for_format(PyObject *self, PyObject *arg) {
+    int format;
+    if (arg_int(arg, &format)) return NULL;
+    return PyLong_FromUnsignedLong(layouts_for_format((bfp8_scale_format)format));
+}
+
+static PyObject *py_scales_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int layout;
+    int64_t rows, kblocks;
+    if (want_args("scales_bytes", nargs, 3) || arg_int(args[0], &layout) || arg_i64(args[1], &rows) ||
+        arg_i64(args[2], &kblocks))
+        return NULL;
+    size_t n = bfp8_scales_bytes((bfp8_scale_layout)layout, rows, kblocks);
+    if (n == 0 && rows > 0 && kblocks > 0) return raise_status(BFP8_ERR_INVALID_ARGUMENT, "scales");
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *py_set_num_threads(PyObject *self, PyObject *arg) {
+    int n;
+    if (arg_int(arg, &n)) return NULL;
+    bfp8_status st = bfp8_set_num_threads(n);
+    if (st != BFP8_OK) return raise_status(st, "set_num_threads");
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_num_threads(PyObject *self, PyObject *unused) {
+    return PyLong_FromLong(bfp8_get_num_threads());
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Quantization
+ * ------------------------------------------------------------------------------------------------------------- */
+/* quantize_act(x, x_dtype, m, k, q, s, s_format, s_layout, device, stream) -> non-finite count (-1 on cuda: the
+ * device kernel is not asked to count, which would need a synchronizing read-back). */
+static PyObject *py_quantize_act(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *x, *q, *s, *stream;
+    int x_dtype, fmt, layout, device;
+    int64_t m, k;
+    if (want_args("quantize_act", nargs, 10) || arg_ptr(args[0], &x) || arg_int(args[1], &x_dtype) ||
+        arg_i64(args[2], &m) || arg_i64(args[3], &k) || arg_ptr(args[4], &q) || arg_ptr(args[5], &s) ||
+        arg_int(args[6], &fmt) || arg_int(args[7], &layout) || arg_int(args[8], &device) ||
+        arg_ptr(args[9], &stream))
+        return NULL;
+    bfp8_scales scales;
+    int64_t nonfinite = -1;
+    bfp8_status st = bfp8_scales_init(&scales, (bfp8_scale_format)fmt, (bfp8_scale_layout)layout, m,
+                                      ceil_div(k, BFP8_BLOCK), s);
+    if (st == BFP8_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        if (device == BFP8_DEVICE_CUDA) {
+            st = bfp8_quantize_act_cuda(x, (bfp8_dtype)x_dtype, m, k, q, &scales, NULL, stream);
+        } else {
+            nonfinite = 0;
+            st = bfp8_quantize_act(x, (bfp8_dtype)x_dtype, m, k, q, &scales, &nonfinite);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (st != BFP8_OK) return raise_status(st, "quantize activations");
+    return PyLong_FromLongLong(nonfinite);
+}
+
+/* quantize_weight(w, w_dtype, n, k, q, s, s_format, s_layout) -> non-finite count (host memory only). */
+static PyObject *py_quantize_weight(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *w, *q, *s;
+    int w_dtype, fmt, layout;
+    int64_t n, k;
+    if (want_args("quantize_weight", nargs, 8) || arg_ptr(args[0], &w) || arg_int(args[1], &w_dtype) ||
+        arg_i64(args[2], &n) || arg_i64(args[3], &k) || arg_ptr(args[4], &q) || arg_ptr(args[5], &s) ||
+        arg_int(args[6], &fmt) || arg_int(args[7], &layout))
+        return NULL;
+    bfp8_scales scales;
+    int64_t nonfinite = 0;
+    bfp8_status st = bfp8_scales_init(&scales, (bfp8_scale_format)fmt, (bfp8_scale_layout)layout,
+                                      ceil_div(n, BFP8_BLOCK), ceil_div(k, BFP8_BLOCK), s);
+    if (st == BFP8_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        st = bfp8_quantize_weight(w, (bfp8_dtype)w_dtype, n, k, (uint8_t *)q, &scales, &nonfinite);
+        Py_END_ALLOW_THREADS
+    }
+    if (st != BFP8_OK) return raise_status(st, "quantize weight");
+    return PyLong_FromLongLong(nonfinite);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * GEMM
+ *
+ * A scale tensor from Python may satisfy several layouts at once (one row, one K block, rows a multiple of 4):
+ * the caller passes the set its memory satisfies. Where the set has more than one layout, the dispatcher is asked
+ * once with all of them on offer and the one its choice reads is used; bfp8_gemm then decides again on that
+ * single layout, which keeps the same backend (its capability and priority do not depend on the other layouts).
+ * ------------------------------------------------------------------------------------------------------------- */
+static bool single_layout(uint32_t set) { return set && !(set & (set - 1)); }
+
+static bfp8_status pick_layouts(bfp8_dispatcher *d, bfp8_gemm_args *g, uint32_t a_set, uint32_t b_set) {
+    if (single_layout(a_set) && single_layout(b_set)) return BFP8_OK;
+    bfp8_problem p;
+    bfp8_status st = bfp8_problem_from_gemm(g, &p);
+    if (st != BFP8_OK) return st;
+    p.a_layouts = a_set;
+    p.b_layouts = b_set;
+    bfp8_decision dec;
+    st = bfp8_dispatcher_select(d, &p, &dec);
+    if (st != BFP8_OK) return st; /* bfp8_gemm would fail the same way; its message is set */
+    uint32_t a_use = dec.backend->caps.a_layouts & a_set, b_use = dec.backend->caps.b_layouts & b_set;
+    g->a_scales.layout = act_layout(a_use ? a_use : a_set);
+    g->b_scales.layout = first_layout(b_use ? b_use : b_set);
+    return BFP8_OK;
+}
+
+/* gemm(m, n, k, a, sa, a_format, a_layouts, b, sb, b_format, b_layouts, bias, bias_dtype, y, y_dtype, device,
+ *      stream) -> fallback count */
+static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *a, *sa, *b, *sb, *bias, *y, *stream;
+    int64_t m, n, k, a_set, b_set;
+    int a_fmt, b_fmt, bias_dtype, y_dtype, device;
+    if (want_args("gemm", nargs, 17) || arg_i64(args[0], &m) || arg_i64(args[1], &n) || arg_i64(args[2], &k) ||
+        arg_ptr(args[3], &a) || arg_ptr(args[4], &sa) || arg_int(args[5], &a_fmt) || arg_i64(args[6], &a_set) ||
+        arg_ptr(args[7], &b) || arg_ptr(args[8], &sb) || arg_int(args[9], &b_fmt) || arg_i64(args[10], &b_set) ||
+        arg_ptr(args[11], &bias) || arg_int(args[12], &bias_dtype) || arg_ptr(args[13], &y) ||
+        arg_int(args[14], &y_dtype) || arg_int(args[15], &device) || arg_ptr(args[16], &stream))
+        return NULL;
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    const int64_t kblocks = ceil_div(k, BFP8_BLOCK);
+    bfp8_gemm_args g = {
+        .m = m, .n = n, .k = k, .a = a, .b = b,
+        .bias = bias, .bias_dtype = (bfp8_dtype)bias_dtype,
+        .y = y, .y_dtype = (bfp8_dtype)y_dtype,
+        .device = (bfp8_device)device, .stream = stream,
+    };
+    bfp8_status st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)a_fmt, first_layout((uint32_t)a_set), m,
+                                      kblocks, sa);
+    if (st == BFP8_OK)
+        st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)b_fmt, first_layout((uint32_t)b_set),
+                              ceil_div(n, BFP8_BLOCK), kblocks, sb);
+    if (st == BFP8_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        st = pick_layouts(d, &g, (uint32_t)a_set, (uint32_t)b_set);
+        if (st == BFP8_OK) st = bfp8_gemm(d, &g);
+        Py_END_ALLOW_THREADS
+    }
+    if (st != BFP8_OK) return raise_status(st, "gemm");
+    return fallback_count(d);
+}
+
+/* The activation scratch of linear_dyn: q at offset 0, the scales at the next multiple of 256 bytes. */
+static int64_t scratch_scale_offset(int64_t m, int64_t k) { return (m * k + 255) / 256 * 256; }
+
+/* linear_dyn(x, x_dtype, m, k, scratch, scratch_bytes, n, b, sb, b_format, b_layouts, bias, bias_dtype, y,
+ *            y_dtype, device, stream) -> fallback count
+ * apply_w8a8_block_fp8_linear on raw tensors: x quantized in 1x128 groups (the weight's scale format) into the
+ * caller's scratch, in the layout the chosen backend reads, then the dispatched GEMM. */
+static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *x, *scratch, *b, *sb, *bias, *y, *stream;
+    int64_t m, k, scratch_bytes, n, b_set;
+    int x_dtype, b_fmt, bias_dtype, y_dtype, device;
+    if (want_args("linear_dyn", nargs, 17) || arg_ptr(args[0], &x) || arg_int(args[1], &x_dtype) ||
+        arg_i64(args[2], &m) || arg_i64(args[3], &k) || arg_ptr(args[4], &scratch) ||
+        arg_i64(args[5], &scratch_bytes) || arg_i64(args[6], &n) || arg_ptr(args[7], &b) ||
+        arg_ptr(args[8], &sb) || arg_int(args[9], &b_fmt) || arg_i64(args[10], &b_set) ||
+        arg_ptr(args[11], &bias) || arg_int(args[12], &bias_dtype) || arg_ptr(args[13], &y) ||
+        arg_int(args[14], &y_dtype) || arg_int(args[15], &device) || arg_ptr(args[16], &stream))
+        return NULL;
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    if (m < 0 || k < 0 || m > INT64_MAX / (k ? k : 1) - 256) {
+        PyErr_Format(PyExc_ValueError, "linear: bad activation shape [%lld, %lld]", (long long)m, (long long)k);
+        return NULL;
+    }
+    const int64_t kblocks = ceil_div(k, BFP8_BLOCK), s_off = scratch_scale_offset(m, k);
+    uint8_t *q = scratch;
+    void *sa = scratch ? (uint8_t *)scratch + s_off : NULL;
+    bfp8_gemm_args g = {
+        .m = m, .n = n, .k = k, .a = q, .b = b,
+        .bias = bias, .bias_dtype = (bfp8_dtype)bias_dtype,
+        .y = y, .y_dtype = (bfp8_dtype)y_dtype,
+        .device = (bfp8_device)device, .stream = stream,
+    };
+    bfp8_status st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)b_fmt, first_layout((uint32_t)b_set),
+                                      ceil_div(n, BFP8_BLOCK), kblocks, sb);
+    const uint32_t a_set = layouts_for_format((bfp8_scale_format)b_fmt);
+    if (st == BFP8_OK)
+        st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)b_fmt, first_layout(a_set), m, kblocks, sa);
+    bool short_scratch = false;
+    if (st == BFP8_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        st = pick_layouts(d, &g, a_set, (uint32_t)b_set);
+        short_scratch = st == BFP8_OK && m > 0 && kblocks > 0 &&
+                        s_off + (int64_t)bfp8_scales_bytes(g.a_scales.layout, m, kblocks) > scratch_bytes;
+        if (st == BFP8_OK && !short_scratch) {
+            st = device == BFP8_DEVICE_CUDA
+                     ? bfp8_quantize_act_cuda(x, (bfp8_dtype)x_dtype, m, k, q, &g.a_scales, NULL, stream)
+                     : bfp8_quantize_act(x, (bfp8_dtype)x_dtype, m, k, q, &g.a_scales, NULL);
+            if (st == BFP8_OK) st = bfp8_gemm(d, &g);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (short_scratch) {
+        PyErr_Format(PyExc_ValueError, "linear: scratch of %lld bytes is too small", (long long)scratch_bytes);
+        return NULL;
+    }
+    if (st != BFP8_OK) return raise_status(st, "linear");
+    return fallback_count(d);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Prepared weights (capsules) and bfp8_linear
+ * ------------------------------------------------------------------------------------------------------------- */
+static const char WEIGHT_CAPSULE[] = "blockfp8.weight";
+
+static void weight_capsule_free(PyObject *capsule) {
+    bfp8_weight *w = PyCapsule_GetPointer(capsule, WEIGHT_CAPSULE);
+    if (w) bfp8_weight_free(w);
+}
+
+static PyObject *weight_capsule(bfp8_weight *w) {
+    PyObject *c = PyCapsule_New(w, WEIGHT_CAPSULE, weight_capsule_free);
+    if (!c) bfp8_weight_free(w);
+    return c;
+}
+
+static bfp8_weight *arg_weight(PyObject *o) { return PyCapsule_GetPointer(o, WEIGHT_CAPSULE); }
+
+/* weight_create(q, n, k, s, s_format, s_layout) -> capsule; q and s in host memory (copied). */
+static PyObject *py_weight_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *q, *s;
+    int64_t n, k;
+    int fmt, layout;
+    if (want_args("weight_create", nargs, 6) || arg_ptr(args[0], &q) || arg_i64(args[1], &n) ||
+        arg_i64(args[2], &k) || arg_ptr(args[3], &s) || arg_int(args[4], &fmt) || arg_int(args[5], &layout))
+        return NULL;
+    bfp8_scales scales;
+    bfp8_weight *w = NULL;
+    bfp8_status st = bfp8_scales_init(&scales, (bfp8_scale_format)fmt, (bfp8_scale_layout)layout,
+                                      ceil_div(n, BFP8_BLOCK), ceil_div(k, BFP8_BLOCK), s);
+    if (st == BFP8_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        st = bfp8_weight_create(&w, q, n, k, &scales);
+        Py_END_ALLOW_THREADS
+    }
+    if (st != BFP8_OK) return raise_status(st, "weight");
+    return weight_capsule(w);
+}
+
+/* weight_quantize(w, w_dtype, n, k, s_format) -> (capsule, non-finite count); w in host memory. */
+static PyObject *py_weight_quantize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *src;
+    int64_t n, k;
+    int dtype, fmt;
+    if (want_args("weight_quantize", nargs, 5) || arg_ptr(args[0], &src) || arg_int(args[1], &dtype) ||
+        arg_i64(args[2], &n) || arg_i64(args[3], &k) || arg_int(args[4], &fmt))
+        return NULL;
+    bfp8_weight *w = NULL;
+    int64_t nonfinite = 0;
+    bfp8_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = bfp8_weight_quantize(&w, src, (bfp8_dtype)dtype, n, k, (bfp8_scale_format)fmt, &nonfinite);
+    Py_END_ALLOW_THREADS
+    if (st != BFP8_OK) return raise_status(st, "quantize weight");
+    PyObject *c = weight_capsule(w);
+    if (!c) return NULL;
+    return Py_BuildValue("(NL)", c, (long long)nonfinite);
+}
+
+static PyObject *tensor_tuple(const bfp8_tensor *t) {
+    PyObject *shape = PyTuple_New(t->ndim);
+    if (!shape) return NULL;
+    for (int i = 0; i < t->ndim; i++) PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(t->shape[i]));
+    return Py_BuildValue("(iNy#)", (int)t->dtype, shape, (const char *)t->data, (Py_ssize_t)t->nbytes);
+}
+
+/* weight_load(path, name, extra_name or None) -> (capsule, (dtype, shape, bytes) of extra_name or None).
+ * DeepSeek naming: NAME (F8_E4M3 [N, K]) + NAME_scale_inv (F32); extra_name is another tensor of the same file
+ * (a bias), read in the same pass. */
+static PyObject *py_weight_load(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const char *path, *name, *extra;
+    if (want_args("weight_load", nargs, 3) || arg_str(args[0], &path) || arg_str(args[1], &name) ||
+        arg_str(args[2], &extra))
+        return NULL;
+    if (!path || !name) {
+        PyErr_SetString(PyExc_TypeError, "weight_load: path and name are required");
+        return NULL;
+    }
+    bfp8_safetensors *f = NULL;
+    bfp8_weight *w = NULL;
+    bfp8_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = bfp8_safetensors_open(path, &f);
+    if (st == BFP8_OK) st = bfp8_weight_load(f, name, &w);
+    Py_END_ALLOW_THREADS
+    if (st != BFP8_OK) {
+        bfp8_safetensors_close(f);
+        return raise_status(st, path);
+    }
+    PyObject *capsule = weight_capsule(w), *extra_obj = NULL;
+    if (capsule && extra) {
+        const bfp8_tensor *t = bfp8_safetensors_find(f, extra);
+        if (t) {
+            extra_obj = tensor_tuple(t);
+        } else {
+            PyObject *msg = PyUnicode_FromFormat("%s: no tensor named '%s'", path, extra);
+            if (msg) {
+                PyErr_SetObject(status_errors[BFP8_ERR_NOT_FOUND], msg);
+                Py_DECREF(msg);
+            }
+        }
+        if (!extra_obj) Py_CLEAR(capsule);
+    }
+    bfp8_safetensors_close(f);
+    if (!capsule) return NULL;
+    if (!extra_obj) extra_obj = Py_NewRef(Py_None);
+    return Py_BuildValue("(NN)", capsule, extra_obj);
+}
+
+/* safetensors_read(path, name) -> (dtype, shape, bytes). */
+static PyObject *py_safetensors_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const char *path, *name;
+    if (want_args("safetensors_read", nargs, 2) || arg_str(args[0], &path) || arg_str(args[1], &name)) return NULL;
+    if (!path || !name) {
+        PyErr_SetString(PyExc_TypeError, "safetensors_read: path and name are required");
+        return NULL;
+    }
+    bfp8_safetensors *f = NULL;
+    bfp8_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = bfp8_safetensors_open(path, &f);
+    Py_END_ALLOW_THREADS
+    if (st != BFP8_OK) return raise_status(st, path);
+    const bfp8_tensor *t = bfp8_safetensors_find(f, name);
+    PyObject *out = NULL;
+    if (t) {
+        out = tensor_tuple(t);
+    } else {
+        PyObject *msg = PyUnicode_FromFormat("%s: no tensor named '%s'", path, name);
+        if (msg) {
+            PyErr_SetObject(status_errors[BFP8_ERR_NOT_FOUND], msg);
+            Py_DECREF(msg);
+        }
+    }
+    bfp8_safetensors_close(f);
+    return out;
+}
+
+/* weight_prepare(capsule, device): what every backend of that device reads (scale layouts; device copies on
+ * cuda, on the current CUDA device). */
+static PyObject *py_weight_prepare(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int device;
+    if (want_args("weight_prepare", nargs, 2) || arg_int(args[1], &device)) return NULL;
+    bfp8_weight *w = arg_weight(args[0]);
+    if (!w) return NULL;
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    bfp8_status st = BFP8_OK;
+    size_t prepared = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < bfp8_dispatcher_count(d) && st == BFP8_OK; i++) {
+        const bfp8_backend *b = bfp8_dispatcher_get(d, i);
+        if ((int)b->caps.device != device) continue;
+        st = bfp8_weight_prepare(w, d, b->name);
+        prepared++;
+    }
+    Py_END_ALLOW_THREADS
+    if (st != BFP8_OK) return raise_status(st, "prepare weight");
+    return PyLong_FromSize_t(prepared);
+}
+
+/* weight_info(capsule) -> (n, k, scale_format, host_layouts, device_layouts) */
+static PyObject *py_weight_info(PyObject *self, PyObject *arg) {
+    bfp8_weight *w = arg_weight(arg);
+    if (!w) return NULL;
+    bfp8_weight_info info;
+    bfp8_status st = bfp8_weight_info_get(w, &info);
+    if (st != BFP8_OK) return raise_status(st, "weight");
+    return Py_BuildValue("(LLiII)", (long long)info.n, (long long)info.k, (int)info.scale_format,
+                         (unsigned)info.host_layouts, (unsigned)info.device_layouts);
+}
+
+/* weight_read(capsule, q_dst, s_dst): the host copy's fp8 codes [n, k] and its scales as row-major fp32. */
+static PyObject *py_weight_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *q_dst, *s_dst;
+    if (want_args("weight_read", nargs, 3) || arg_ptr(args[1], &q_dst) || arg_ptr(args[2], &s_dst)) return NULL;
+    bfp8_weight *w = arg_weight(args[0]);
+    if (!w) return NULL;
+    bfp8_weight_info info;
+    bfp8_status st = bfp8_weight_info_get(w, &info);
+    const uint8_t *q = NULL;
+    bfp8_scales held, dst;
+    if (st == BFP8_OK) st = bfp8_weight_view(w, BFP8_DEVICE_CPU, first_layout(info.host_layouts), &q, &held);
+    /* A packed UE8M0 copy converts to fp32 row-major like any other layout. */
+    if (st == BFP8_OK)
+        st = bfp8_scales_init(&dst, held.format, BFP8_LAYOUT_ROW_MAJOR, held.rows, held.kblocks, s_dst);
+    if (st == BFP8_OK) {
+        if (q_dst && info.n > 0 && info.k > 0) memcpy(q_dst, q, (size_t)(info.n * info.k));
+        st = bfp8_scales_convert(&held, &dst);
+    }
+    if (st != BFP8_OK) return raise_status(st, "weight");
+    Py_RETURN_NONE;
+}
+
+/* linear(capsule, x, x_dtype, m, bias, bias_dtype, y, y_dtype, device, stream) -> fallback count */
+static PyObject *py_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *x, *bias, *y, *stream;
+    int64_t m;
+    int x_dtype, bias_dtype, y_dtype, device;
+    if (want_args("linear", nargs, 10) || arg_ptr(args[1], &x) || arg_int(args[2], &x_dtype) ||
+        arg_i64(args[3], &m) || arg_ptr(args[4], &bias) || arg_int(args[5], &bias_dtype) ||
+        arg_ptr(args[6], &y) || arg_int(args[7], &y_dtype) || arg_int(args[8], &device) ||
+        arg_ptr(args[9], &stream))
+        return NULL;
+    bfp8_weight *w = arg_weight(args[0]);
+    if (!w) return NULL;
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    bfp8_linear_args la = {
+        .x = x, .x_dtype = (bfp8_dtype)x_dtype, .m = m,
+        .bias = bias, .bias_dtype = (bfp8_dtype)bias_dtype,
+        .y = y, .y_dtype = (bfp8_dtype)y_dtype,
+        .device = (bfp8_device)device, .stream = stream,
+    };
+    bfp8_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = bfp8_linear(d, w, &la);
+    Py_END_ALLOW_THREADS
+    if (st != BFP8_OK) return raise_status(st, "linear");
+    return fallback_count(d);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Dispatch: policy, stats, explain
+ * ------------------------------------------------------------------------------------------------------------- */
+static PyObject *py_set_policy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int policy;
+    const char *name;
+    if (want_args("set_policy", nargs, 2) || arg_int(args[0], &policy) || arg_str(args[1], &name)) return NULL;
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    bfp8_status st = bfp8_dispatcher_set_policy(d, (bfp8_policy)policy, name);
+    if (st != BFP8_OK) return raise_status(st, "policy");
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_fallback_count(PyObject *self, PyObject *unused) {
+    bfp8_dispatcher *d = dispatcher();
+    return d ? fallback_count(d) : NULL;
+}
+
+/* stats() -> ({backend: calls}, [(preferred, chosen, reason, count)], non-finite inputs) */
+static PyObject *py_stats(PyObject *self, PyObject *unused) {
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    PyObject *calls = PyDict_New(), *fallbacks = PyList_New(0);
+    if (!calls || !fallbacks) goto fail;
+    for (size_t i = 0; i < bfp8_dispatcher_count(d); i++) {
+        const char *name = bfp8_dispatcher_get(d, i)->name;
+        PyObject *v = PyLong_FromUnsignedLongLong(bfp8_dispatcher_calls(d, name));
+        if (!v || PyDict_SetItemString(calls, name, v)) {
+            Py_XDECREF(v);
+            goto fail;
+        }
+        Py_DECREF(v);
+    }
+    for (size_t i = 0; i < bfp8_dispatcher_fallback_count(d); i++) {
+        bfp8_fallback_stat f;
+        if (bfp8_dispatcher_fallback_at(d, i, &f) != BFP8_OK) break; /* reset by another thread meanwhile */
+        PyObject *t = Py_BuildValue("(sssK)", f.preferred, f.chosen, f.reason, (unsigned long long)f.count);
+        if (!t || PyList_Append(fallbacks, t)) {
+            Py_XDECREF(t);
+            goto fail;
+        }
+        Py_DECREF(t);
+    }
+    return Py_BuildValue("(NNK)", calls, fallbacks, (unsigned long long)bfp8_dispatcher_nonfinite_inputs(d));
+fail:
+    Py_XDECREF(calls);
+    Py_XDECREF(fallbacks);
+    return NULL;
+}
+
+static PyObject *py_reset_stats(PyObject *self, PyObject *unused) {
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    bfp8_dispatcher_reset_stats(d);
+    Py_RETURN_NONE;
+}
+
+/* backends() -> [(name, summary, device, min_arch, max_arch, out_dtypes, scale_formats, a_layouts, b_layouts,
+ *                 bias_dtypes, min_k, m_multiple, pads_m, n_multiple, k_multiple, max_m, max_n, max_k, priority)]
+ * unavailable() -> [(name, why)] */
+static PyObject *py_backends(PyObject *self, PyObject *unused) {
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    PyObject *out = PyList_New(0);
+    for (size_t i = 0; out && i < bfp8_dispatcher_count(d); i++) {
+        const bfp8_backend *b = bfp8_dispatcher_get(d, i);
+        const bfp8_caps *c = &b->caps;
+        PyObject *t = Py_BuildValue("(ssiiiIIIIILLOLLLLLi)", b->name, b->summary ? b->summary : "", (int)c->device,
+                                    c->min_arch, c->max_arch, c->out_dtypes, c->scale_formats, c->a_layouts,
+                                    c->b_layouts, c->bias_dtypes, (long long)c->min_k, (long long)c->m_multiple,
+                                    c->pads_m ? Py_True : Py_False, (long long)c->n_multiple,
+                                    (long long)c->k_multiple, (long long)c->max_m, (long long)c->max_n,
+                                    (long long)c->max_k, c->priority);
+        if (!t || PyList_Append(out, t)) Py_CLEAR(out);
+        Py_XDECREF(t);
+    }
+    return out;
+}
+
+static PyObject *py_unavailable(PyObject *self, PyObject *unused) {
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    PyObject *out = PyList_New(0);
+    for (size_t i = 0; out && i < bfp8_dispatcher_unavailable_count(d); i++) {
+        const char *name, *why;
+        if (bfp8_dispatcher_unavailable_at(d, i, &name, &why) != BFP8_OK) break;
+        PyObject *t = Py_BuildValue("(ss)", name, why);
+        if (!t || PyList_Append(out, t)) Py_CLEAR(out);
+        Py_XDECREF(t);
+    }
+    return out;
+}
+
+/* The arch the library reads for a CUDA problem (the current device's; 0 without one), through the public
+ * problem builder on a minimal valid call that is never run. */
+static int current_arch(void) {
+    static uint8_t dummy[64];
+    bfp8_gemm_args g = {.m = 1, .n = 1, .k = 1, .a = dummy, .b = dummy, .y = dummy, .y_dtype = BFP8_DTYPE_F32,
+                        .device = BFP8_DEVICE_CUDA};
+    bfp8_problem p;
+    if (bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, dummy) != BFP8_OK ||
+        bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, dummy) != BFP8_OK ||
+        bfp8_problem_from_gemm(&g, &p) != BFP8_OK)
+        return 0;
+    return p.arch;
+}
+
+/* A problem from explain's arguments: (device, arch (-1: current), m, n, k, out_dtype, scale_format, a_layouts,
+ * b_layouts, has_bias, bias_dtype, act_from_prior_kernel). */
+static int arg_problem(PyObject *const *args, bfp8_problem *p) {
+    int device, arch, out_dtype, fmt, has_bias, bias_dtype, prior;
+    int64_t m, n, k, a_set, b_set;
+    if (arg_int(args[0], &device) || arg_int(args[1], &arch) || arg_i64(args[2], &m) || arg_i64(args[3], &n) ||
+        arg_i64(args[4], &k) || arg_int(args[5], &out_dtype) || arg_int(args[6], &fmt) || arg_i64(args[7], &a_set) ||
+        arg_i64(args[8], &b_set) || arg_int(args[9], &has_bias) || arg_int(args[10], &bias_dtype) ||
+        arg_int(args[11], &prior))
+        return -1;
+    if (arch < 0) arch = device == BFP8_DEVICE_CUDA ? current_arch() : 0;
+    *p = (bfp8_problem){
+        .device = (bfp8_device)device, .arch = arch, .m = m, .n = n, .k = k,
+        .out_dtype = (bfp8_dtype)out_dtype, .scale_format = (bfp8_scale_format)fmt,
+        .a_layouts = (uint32_t)a_set, .b_layouts = (uint32_t)b_set,
+        .has_bias = has_bias != 0, .bias_dtype = has_bias ? (bfp8_dtype)bias_dtype : BFP8_DTYPE_F32,
+        .act_from_prior_kernel = prior != 0,
+    };
+    return 0;
+}
+
+/* explain(problem...) -> (text, arch, [(name, ok, reason, priority)] in registration order, choice or None,
+ *                          preferred or None, fallback, reason, error or None)
+ * The text is bfp8_dispatcher_explain's; the rest is the same table as data. */
+static PyObject *py_explain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    bfp8_problem p;
+    if (want_args("explain", nargs, 12) || arg_problem(args, &p)) return NULL;
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *mem = open_memstream(&text, &text_len);
+    if (!mem) return PyErr_NoMemory();
+    bfp8_status st = bfp8_dispatcher_explain(d, &p, mem);
+    fclose(mem);
+    if (st != BFP8_OK && st != BFP8_ERR_UNSUPPORTED && st != BFP8_ERR_NOT_FOUND) {
+        free(text);
+        return raise_status(st, "explain");
+    }
+
+    PyObject *rows = PyList_New(0);
+    for (size_t i = 0; rows && i < bfp8_dispatcher_count(d); i++) {
+        const bfp8_backend *b = bfp8_dispatcher_get(d, i);
+        char why[BFP8_REASON_MAX];
+        bool ok = bfp8_backend_check(b, &p, why, sizeof why);
+        int prio = b->priority_for ? b->priority_for(b, &p) : b->caps.priority;
+        PyObject *t = Py_BuildValue("(sOsi)", b->name, ok ? Py_True : Py_False, ok ? "" : why, prio);
+        if (!t || PyList_Append(rows, t)) Py_CLEAR(rows);
+        Py_XDECREF(t);
+    }
+    if (!rows) {
+        free(text);
+        return NULL;
+    }
+    bfp8_decision dec;
+    st = bfp8_dispatcher_select(d, &p, &dec);
+    PyObject *out = Py_BuildValue(
+        "(s#iNzzOsz)", text ? text : "", (Py_ssize_t)(text ? text_len : 0), p.arch, rows,
+        st == BFP8_OK ? dec.backend->name : NULL, dec.preferred ? dec.preferred->name : NULL,
+        dec.fallback ? Py_True : Py_False, dec.reason, st == BFP8_OK ? NULL : bfp8_last_error());
+    free(text);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Module
+ * ------------------------------------------------------------------------------------------------------------- */
+#define FAST(name) {#name, (PyCFunction)(void (*)(void))py_##name, METH_FASTCALL, NULL}
+static PyMethodDef methods[] = {
+    {"cuda_available", py_cuda_available, METH_NOARGS, "(available, why not)"},
+    {"layouts_for_format", py_layouts_for_format, METH_O, "bit set of the layouts a scale format can be stored in"},
+    FAST(scales_bytes),
+    {"set_num_threads", py_set_num_threads, METH_O, NULL},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS, NULL},
+    FAST(quantize_act),
+    FAST(quantize_weight),
+    FAST(gemm),
+    FAST(linear_dyn),
+    FAST(weight_create),
+    FAST(weight_quantize),
+    FAST(weight_load),
+    FAST(safetensors_read),
+    FAST(weight_prepare),
+    {"weight_info", py_weight_info, METH_O, NULL},
+    FAST(weight_read),
+    FAST(linear),
+    FAST(set_policy),
+    {"fallback_count", py_fallback_count, METH_NOARGS, NULL},
+    {"stats", py_stats, METH_NOARGS, NULL},
+    {"reset_stats", py_reset_stats, METH_NOARGS, NULL},
+    {"backends", py_backends, METH_NOARGS, NULL},
+    {"unavailable", py_unavailable, METH_NOARGS, NULL},
+    FAST(explain),
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "blockfp8._native", "libblockfp8 (include/blockfp8.h) for the blockfp8 package.", -1,
+    methods,
+};
+
+static int add_int(PyObject *m, const char *name, long v) { return PyModule_AddIntConstant(m, name, v); }
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Error = PyErr_NewExceptionWithDoc("blockfp8.Error", "A libblockfp8 call failed; .status names the bfp8_status.",
+                                      PyExc_RuntimeError, NULL);
+    if (!Error || PyModule_AddObjectRef(m, "Error", Error)) goto fail;
+    /* Each status also derives from the builtin exception a Python user would catch for it. */
+    static const struct {
+        bfp8_status st;
+        const char *name;
+        PyObject **builtin;
+    } kinds[] = {
+        {BFP8_ERR_INVALID_ARGUMENT, "InvalidArgumentError", &PyExc_ValueError},
+        {BFP8_ERR_UNSUPPORTED, "UnsupportedError", NULL},
+        {BFP8_ERR_NOT_FOUND, "NotFoundError", &PyExc_LookupError},
+        {BFP8_ERR_OUT_OF_MEMORY, "OutOfMemoryError", &PyExc_MemoryError},
+        {BFP8_ERR_IO, "FileError", &PyExc_OSError},
+        {BFP8_ERR_FORMAT, "FormatError", &PyExc_ValueError},
+        {BFP8_ERR_DEVICE, "DeviceError", NULL},
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        char qualified[64];
+        snprintf(qualified, sizeof qualified, "blockfp8.%s", kinds[i].name);
+        PyObject *bases = kinds[i].builtin ? PyTuple_Pack(2, Error, *kinds[i].builtin) : PyTuple_Pack(1, Error);
+        if (!bases) goto fail;
+        PyObject *cls = PyErr_NewException(qualified, bases, NULL);
+        Py_DECREF(bases);
+        if (!cls || PyModule_AddObjectRef(m, kinds[i].name, cls)) {
+            Py_XDECREF(cls);
+            goto fail;
+        }
+        status_errors[kinds[i].st] = cls; /* the module keeps a reference too */
+    }
+    if (PyModule_AddStringConstant(m, "VERSION", BFP8_VERSION) || add_int(m, "BLOCK", BFP8_BLOCK) ||
+        add_int(m, "DTYPE_F32", BFP8_DTYPE_F32) || add_int(m, "DTYPE_BF16", BFP8_DTYPE_BF16) ||
+        add_int(m, "DTYPE_F16", BFP8_DTYPE_F16) || add_int(m, "DTYPE_E4M3", BFP8_DTYPE_E4M3) ||
+        add_int(m, "DTYPE_I32", BFP8_DTYPE_I32) || add_int(m, "SCALE_FP32", BFP8_SCALE_FP32) ||
+        add_int(m, "SCALE_UE8M0", BFP8_SCALE_UE8M0) || add_int(m, "LAYOUT_ROW_MAJOR", BFP8_LAYOUT_ROW_MAJOR) ||
+        add_int(m, "LAYOUT_MN_MAJOR", BFP8_LAYOUT_MN_MAJOR) ||
+        add_int(m, "LAYOUT_MN_MAJOR_ALIGNED", BFP8_LAYOUT_MN_MAJOR_ALIGNED) ||
+        add_int(m, "LAYOUT_PACKED_UE8M0", BFP8_LAYOUT_PACKED_UE8M0) || add_int(m, "LAYOUT_COUNT", BFP8_LAYOUT_COUNT) ||
+        add_int(m, "DEVICE_CPU", BFP8_DEVICE_CPU) || add_int(m, "DEVICE_CUDA", BFP8_DEVICE_CUDA) ||
+        add_int(m, "POLICY_AUTO", BFP8_POLICY_AUTO) || add_int(m, "POLICY_PREFER", BFP8_POLICY_PREFER) ||
+        add_int(m, "POLICY_STRICT", BFP8_POLICY_STRICT))
+        goto fail;
+    /* Names of the enums, from the library. */
+    PyObject *names = Py_BuildValue("{s[ssss]s[ssss]s[ss]s[ss]}", "layouts",
+                                    bfp8_scale_layout_name(BFP8_LAYOUT_ROW_MAJOR),
+                                    bfp8_scale_layout_name(BFP8_LAYOUT_MN_MAJOR),
+                                    bfp8_scale_layout_name(BFP8_LAYOUT_MN_MAJOR_ALIGNED),
+                                    bfp8_scale_layout_name(BFP8_LAYOUT_PACKED_UE8M0), "dtypes",
+                                    bfp8_dtype_name(BFP8_DTYPE_F32), bfp8_dtype_name(BFP8_DTYPE_BF16),
+                                    bfp8_dtype_name(BFP8_DTYPE_F16), bfp8_dtype_name(BFP8_DTYPE_E4M3), "formats",
+                                    bfp8_scale_format_name(BFP8_SCALE_FP32), bfp8_scale_format_name(BFP8_SCALE_UE8M0),
+                                    "devices", bfp8_device_name(BFP8_DEVICE_CPU), bfp8_device_name(BFP8_DEVICE_CUDA));
+    if (!names || PyModule_AddObject(m, "NAMES", names)) {
+        Py_XDECREF(names);
+        goto fail;
+    }
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,185 @@
+"""The numpy path: host arrays in, new host arrays out (fp8_gemm_nt writes its d), the library called directly.
+Non-contiguous inputs are copied first; the checks are _common's, shared with the torch path."""
+import math
+
+import numpy as np
+
+from . import _native as N
+from ._common import (BF16, BLOCK, CPU, E4M3, F16, F32, FP32_SCALES, I32, PACKED, ROW, UE8M0_SCALES,
+                      act_layout_for, ceil_div, check_activation, check_bias, check_float,
+                      check_group_size, check_scale_shape, check_weight, dtype_enum, extent, layout_storage_shape,
+                      layouts_of, ml_dtypes, need, note_fallbacks, round_up)
+
+FP8 = np.dtype(ml_dtypes.float8_e4m3fn) if ml_dtypes is not None else np.dtype(np.uint8)
+_NP = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), E4M3: FP8, I32: np.dtype(np.int32)}
+if ml_dtypes is not None:
+    _NP[BF16] = np.dtype(ml_dtypes.bfloat16)
+
+
+_byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds
+
+
+def np_dtype(enum):
+    dt = _NP.get(enum)
+    if dt is None:
+        raise TypeError("bfloat16 numpy arrays need ml_dtypes (pip install ml_dtypes)")
+    return dt
+
+
+def ptr(a):
+    return a.__array_interface__["data"][0]
+
+
+def enum_of(a, what):
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array (or a torch tensor), got {type(a).__name__}")
+    e = dtype_enum(a.dtype)
+    if e is None:
+        raise TypeError(f"{what}: dtype {a.dtype} is not supported")
+    return e
+
+
+def contiguous(a):
+    return np.ascontiguousarray(a)
+
+
+def _available(a):
+    """Elements from a's first one that lie inside the memory a's base array covers (at least a's own extent)."""
+    item = a.itemsize
+    own = extent(a.shape, [s // item for s in a.strides])
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is not a:
+        end = _byte_bounds(root)[1]
+        own = max(own, (end - ptr(a)) // item)
+    return own
+
+
+def scale_arg(s, rows, kblocks, what):
+    """(array to keep alive, its address, scale format, layout set) for a [rows x K] operand's scales."""
+    fmt = check_scale_shape(s.shape, enum_of(s, what), rows, kblocks, what)
+    packed = fmt == UE8M0_SCALES
+    cols = s.shape[1]
+    item = s.itemsize
+    bits = 0
+    if all(st % item == 0 for st in s.strides):
+        bits = layouts_of(rows, cols, s.strides[0] // item, s.strides[1] // item, packed, _available(s))
+    if not bits:  # strides no layout describes: a copy in one that does
+        if packed:
+            buf = np.zeros((cols, round_up(rows, 4)), np.int32)
+            buf[:, :rows] = s.T
+            s, bits = buf.T[:rows], 1 << PACKED
+        else:
+            s, bits = np.ascontiguousarray(s), 1 << ROW
+    return s, ptr(s), fmt, bits
+
+
+def bias_arg(bias, n):
+    if bias is None:
+        return None, None, F32
+    e = enum_of(bias, "bias")
+    check_bias(bias.shape, e, n)
+    bias = contiguous(bias)
+    return bias, ptr(bias), e
+
+
+def quant_act(x, group_size, eps, column_major_scales, scale_tma_aligned, scale_ue8m0):
+    check_group_size(group_size, eps)
+    xe = enum_of(x, "x")
+    m, k = check_activation(x.shape, xe, "x")
+    layout = act_layout_for(column_major_scales, scale_tma_aligned, scale_ue8m0)
+    fmt = UE8M0_SCALES if scale_ue8m0 else FP32_SCALES
+    kb = ceil_div(k, BLOCK)
+    x = contiguous(x)
+    q = np.empty(x.shape, FP8)
+    if layout == ROW:
+        s = np.empty(x.shape[:-1] + (kb,), np.float32)
+        N.quantize_act(ptr(x), xe, m, k, ptr(q), ptr(s), fmt, ROW, CPU, None)
+        return q, s
+    need(x.ndim >= 2, "column-major scales need x with at least 2 dimensions [..., M, K]")
+    rows, batch = x.shape[-2], math.prod(x.shape[:-2])
+    shape, is_int = layout_storage_shape(layout, rows, kb)
+    buf = np.empty((batch,) + shape, np.int32 if is_int else np.float32)
+    per = math.prod(shape) * 4
+    for b in range(batch):  # each [M, K] matrix of x has its own column-major scales, as in SGLang
+        N.quantize_act(ptr(x) + b * rows * k * x.itemsize, xe, rows, k, ptr(q) + b * rows * k, ptr(buf) + b * per,
+                       fmt, layout, CPU, None)
+    s = buf.transpose(0, 2, 1)[:, :rows, :]
+    return q, s.reshape(x.shape[:-2] + s.shape[1:])
+
+
+def quant_weight(w, block_size, scale_ue8m0):
+    we = enum_of(w, "w")
+    check_float(we, "w")
+    if w.ndim < 2:
+        raise ValueError(f"w must be [..., N, K], got shape {w.shape}")
+    n, k = w.shape[-2:]
+    nb, kb = ceil_div(n, BLOCK), ceil_div(k, BLOCK)
+    w = contiguous(w)
+    q = np.empty(w.shape, FP8)
+    s = np.empty(w.shape[:-2] + (nb, kb), np.float32)
+    fmt = UE8M0_SCALES if scale_ue8m0 else FP32_SCALES
+    for b in range(math.prod(w.shape[:-2])):
+        N.quantize_weight(ptr(w) + b * n * k * w.itemsize, we, n, k, ptr(q) + b * n * k, ptr(s) + b * nb * kb * 4,
+                          fmt, ROW)
+    return q, s
+
+
+def _act_scales_2d(As, a_shape, m, what):
+    if not isinstance(As, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array")
+    if As.ndim != len(a_shape) or As.shape[:-1] != tuple(a_shape[:-1]):
+        raise ValueError(f"{what} must be [..., ceil(K/128)] with A's leading dimensions {tuple(a_shape[:-1])}, "
+                         f"got {As.shape}")
+    return As.reshape(m, As.shape[-1])
+
+
+def gemm(A, B, As, Bs, bias, out_enum, d=None):
+    """C = A @ B^T block-scaled, into a new array of out_enum or into d."""
+    m, k = check_activation(A.shape, enum_of(A, "A"), "A", fp8=True)
+    n, _ = check_weight(B.shape, enum_of(B, "B"), k, "B")
+    kb = ceil_div(k, BLOCK)
+    sa = scale_arg(_act_scales_2d(As, A.shape, m, "As"), m, kb, "As")
+    sb = scale_arg(Bs, ceil_div(n, BLOCK), kb, "Bs")
+    keep_bias, bias_ptr, bias_e = bias_arg(bias, n)
+    A, B = contiguous(A), contiguous(B)
+    y = np.empty(A.shape[:-1] + (n,), np_dtype(out_enum)) if d is None else d
+    count = N.gemm(m, n, k, ptr(A), sa[1], sa[2], sa[3], ptr(B), sb[1], sb[2], sb[3], bias_ptr, bias_e, ptr(y),
+                   out_enum, CPU, None)
+    note_fallbacks(count)
+    return y
+
+
+def linear_dyn(x, weight, weight_scale, bias):
+    xe = enum_of(x, "input")
+    m, k = check_activation(x.shape, xe, "input")
+    n, _ = check_weight(weight.shape, enum_of(weight, "weight"), k)
+    kb = ceil_div(k, BLOCK)
+    sb = scale_arg(weight_scale, ceil_div(n, BLOCK), kb, "weight_scale")
+    keep_bias, bias_ptr, bias_e = bias_arg(bias, n)
+    x, weight = contiguous(x), contiguous(weight)
+    scratch_bytes = scratch_size(m, k)
+    scratch = np.empty(scratch_bytes, np.uint8)
+    y = np.empty(x.shape[:-1] + (n,), x.dtype)
+    count = N.linear_dyn(ptr(x), xe, m, k, ptr(scratch), scratch_bytes, n, ptr(weight), sb[1], sb[2], sb[3], bias_ptr,
+                         bias_e, ptr(y), xe, CPU, None)
+    note_fallbacks(count)
+    return y
+
+
+def scratch_size(m, k):
+    """Bytes of linear_dyn's activation scratch: the codes, then (from the next multiple of 256) the scales in the
+    largest layout, the 16-byte-aligned MN-major one."""
+    return round_up(m * k, 256) + round_up(m, 4) * ceil_div(k, BLOCK) * 4
+
+
+def check_out(d, m, n):
+    need(isinstance(d, np.ndarray), "d must be a numpy array", TypeError)
+    e = dtype_enum(d.dtype)
+    check_float(e, "d")
+    if d.shape != (m, n):
+        raise ValueError(f"d must be [{m}, {n}], got {d.shape}")
+    need(d.flags.c_contiguous and d.flags.writeable, "d must be C-contiguous and writeable (it is written in place)")
+    return e
+

@@ -1,0 +1,128 @@
+"""Bad arguments: a clear exception naming what is wrong, for the numpy and the torch path alike, and the
+library's own message where the library refuses."""
+import numpy as np
+import pytest
+
+import blockfp8
+from conftest import torch
+from oracle import BF16, FP8, from_numpy, quantized_operands
+
+FRAMEWORKS = ["numpy"] + (["torch"] if torch is not None else [])
+
+
+def conv(framework, a):
+    if a is None or framework == "numpy":
+        return a
+    return from_numpy(a) if a.dtype in (BF16, FP8) else torch.from_numpy(np.ascontiguousarray(a))
+
+
+@pytest.fixture(params=FRAMEWORKS)
+def fw(request):
+    return lambda a: conv(request.param, a)
+
+
+@pytest.fixture
+def ops(rng):
+    return quantized_operands(rng, 4, 200, 300)
+
+
+def test_quant_act_bad_arguments(fw):
+    x = fw(np.ones((4, 256), np.float32))
+    with pytest.raises(ValueError, match="group_size=64"):
+        blockfp8.per_token_group_quant_fp8(x, 64)
+    with pytest.raises(ValueError, match="eps"):
+        blockfp8.per_token_group_quant_fp8(x, eps=1e-6)
+    with pytest.raises(ValueError, match="scale_tma_aligned"):
+        blockfp8.per_token_group_quant_fp8(x, column_major_scales=True, scale_ue8m0=True)
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
+        blockfp8.per_token_group_quant_fp8(fw(np.ones((4, 256), np.int32)))
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        blockfp8.per_token_group_quant_fp8(fw(np.ones(256, np.float32)), column_major_scales=True)
+    with pytest.raises(TypeError):
+        blockfp8.per_token_group_quant_fp8([1.0, 2.0])
+    if torch is not None:
+        with pytest.raises(TypeError, match="dtype torch.float64 is not supported"):
+            blockfp8.per_token_group_quant_fp8(torch.ones(2, 128, dtype=torch.float64))
+
+
+def test_quant_weight_bad_arguments(fw):
+    with pytest.raises(ValueError, match="128x128 blocks only"):
+        blockfp8.per_block_quant_fp8(fw(np.ones((4, 256), np.float32)), (64, 128))
+    with pytest.raises(TypeError, match="pair"):
+        blockfp8.per_block_quant_fp8(fw(np.ones((4, 256), np.float32)), 128)
+    with pytest.raises(ValueError, match=r"\[..., N, K\]"):
+        blockfp8.per_block_quant_fp8(fw(np.ones(256, np.float32)))
+    with pytest.raises(TypeError, match="w must be float32"):
+        blockfp8.per_block_quant_fp8(fw(np.ones((2, 2), np.uint8)))
+
+
+def test_matmul_bad_arguments(fw, ops):
+    qa, sa, qb, sb, _, _ = ops
+    A, B, As, Bs = fw(qa), fw(qb), fw(sa), fw(sb)
+    with pytest.raises(ValueError, match="block"):
+        blockfp8.w8a8_block_fp8_matmul(A, B, As, Bs, [128, 64])
+    with pytest.raises(TypeError, match="A must be float8_e4m3fn"):
+        blockfp8.w8a8_block_fp8_matmul(fw(sa), B, As, Bs)
+    with pytest.raises(ValueError, match="B has K=300, the activations have K=256"):
+        blockfp8.w8a8_block_fp8_matmul(fw(qa[:, :256]), B, fw(sa[:, :2]), Bs)
+    with pytest.raises(ValueError, match=r"Bs must be float32 \[2, 3\]"):
+        blockfp8.w8a8_block_fp8_matmul(A, B, As, fw(sb[:1]))
+    with pytest.raises(ValueError, match="As"):
+        blockfp8.w8a8_block_fp8_matmul(A, B, fw(sa[:3]), Bs)
+    with pytest.raises(TypeError, match="As must be float32"):
+        blockfp8.w8a8_block_fp8_matmul(A, B, fw(sa.astype(np.float16)), Bs)
+    with pytest.raises(ValueError, match="packed UE8M0 scales must be int32 \\[4, 1\\]"):
+        blockfp8.w8a8_block_fp8_matmul(A, B, fw(np.zeros((4, 3), np.int32)), Bs)
+    with pytest.raises(ValueError, match="output dtype"):
+        blockfp8.w8a8_block_fp8_matmul(A, B, As, Bs, output_dtype="float64")
+    with pytest.raises(TypeError, match="B must be 2-D|B must be float8"):
+        blockfp8.w8a8_block_fp8_matmul(A, fw(sb), As, Bs)
+
+
+def test_linear_bad_arguments(fw, ops):
+    qa, sa, qb, sb, x, _ = ops
+    X, W, WS = fw(x), fw(qb), fw(sb)
+    with pytest.raises(ValueError, match="input_scale must be None"):
+        blockfp8.apply_w8a8_block_fp8_linear(X, W, [128, 128], WS, input_scale=fw(sa))
+    with pytest.raises(TypeError, match="input must be float32"):
+        blockfp8.apply_w8a8_block_fp8_linear(fw(qa), W, [128, 128], WS)
+    with pytest.raises(ValueError, match=r"bias must be 1-D \[200\]"):
+        blockfp8.apply_w8a8_block_fp8_linear(X, W, [128, 128], WS, bias=fw(np.ones(100, np.float32)))
+    with pytest.raises(ValueError, match="weight must be 2-D"):
+        blockfp8.apply_w8a8_block_fp8_linear(X, fw(qb.reshape(2, 100, 300)), [128, 128], WS)
+
+
+def test_fp8_gemm_nt_bad_arguments(fw, ops):
+    qa, sa, qb, sb, _, _ = ops
+    a, b = (fw(qa), fw(sa)), (fw(qb), fw(sb))
+    d = fw(np.zeros((4, 200), BF16))
+    with pytest.raises(TypeError, match="pair"):
+        blockfp8.fp8_gemm_nt(fw(qa), b, d)
+    with pytest.raises(ValueError, match=r"d must be \[4, 200\]"):
+        blockfp8.fp8_gemm_nt(a, b, fw(np.zeros((4, 199), BF16)))
+    with pytest.raises(TypeError, match="float32"):
+        blockfp8.fp8_gemm_nt(a, b, d, c=fw(np.zeros((4, 200), np.float32)))
+    with pytest.raises(ValueError, match="recipe"):
+        blockfp8.fp8_gemm_nt(a, b, d, recipe=(1, 1, 128))
+    with pytest.raises(TypeError, match="d must be bfloat16|d must be float32|not supported"):
+        blockfp8.fp8_gemm_nt(a, b, fw(np.zeros((4, 200), np.int32)))
+
+
+def test_mixed_frameworks_refused(ops):
+    if torch is None:
+        pytest.skip("needs torch")
+    qa, sa, qb, sb, _, _ = ops
+    with pytest.raises(TypeError, match="torch tensor"):
+        blockfp8.w8a8_block_fp8_matmul(from_numpy(qa), qb, torch.from_numpy(sa), sb)
+
+
+def test_library_errors_carry_the_library_message(tmp_path):
+    with pytest.raises(blockfp8.FileError) as info:
+        blockfp8.Linear.from_safetensors(tmp_path / "missing.safetensors", "w")
+    assert isinstance(info.value, OSError) and "missing.safetensors" in str(info.value)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    with pytest.raises(blockfp8.FormatError):
+        blockfp8.Linear.from_safetensors(bad, "w")
+    with pytest.raises(blockfp8.InvalidArgumentError, match="threads|thread"):
+        blockfp8.set_num_threads(1 << 20)
