@@ -19,8 +19,9 @@ SHAPES = [(1, 1), (3, 300), (16, 7168), (129, 255), (2112, 300), (7, 128), (200,
 def run_cli(tmp_path, kind, x, dtype, scale_format):
     src, dst = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
     st_write(str(src), {"x": (dtype, x.astype(ST_DTYPES[dtype]))})
+    # --tensor x: without it `quantize --kind weight` converts only tensors named *.weight
     proc = subprocess.run([CLI, "quantize", "--kind", kind, "--in", str(src), "--out", str(dst), "--scale-format",
-                           scale_format], capture_output=True, text=True)
+                           scale_format, "--tensor", "x"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     got = st_read(str(dst))
     return got["x"][1], got["x_scale" if kind == "act" else "x_scale_inv"][1]
