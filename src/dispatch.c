@@ -1,6 +1,7 @@
 /* The dispatcher (DESIGN section 4): capability checks, the pure selection function, the registry, policies,
  * thread-safe statistics, BFP8_LOG=dispatch and explain. */
 #include "internal.h"
+#include "rank.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -214,14 +215,24 @@ static int priority_of(const bfp8_backend *b, const bfp8_problem *p) {
     return b->priority_for ? b->priority_for(b, p) : b->caps.priority;
 }
 
-/* The capable backend with the highest priority (first registered wins a tie), skipping `exclude`. */
+/* Whether `a` ranks above `b` for `auto` (docs/dispatch.md, "The measured ranking"): where the problem's cell of
+ * the measured table has a time for both, the faster; a backend measured there above one that is not; otherwise
+ * the higher priority. Equal ranks: false, so the first registered stays first. Capability is not its business. */
+static bool ranks_above(const bfp8_backend *a, const bfp8_backend *b, const bfp8_problem *p, const bfp8_rank *r) {
+    const double ta = bfp8_rank_time(r, a->name), tb = bfp8_rank_time(r, b->name);
+    if (ta > 0 && tb > 0) return ta < tb;
+    if ((ta > 0) != (tb > 0)) return ta > 0;
+    return priority_of(a, p) > priority_of(b, p);
+}
+
+/* The capable backend that ranks first (first registered wins a tie), skipping `exclude`. */
 static const bfp8_backend *pick_auto(const bfp8_backend *const *backends, size_t count, const bfp8_problem *p,
-                                     const bfp8_backend *exclude) {
+                                     const bfp8_rank *r, const bfp8_backend *exclude) {
     const bfp8_backend *best = NULL;
     for (size_t i = 0; i < count; i++) {
         const bfp8_backend *b = backends[i];
         if (b == exclude || !bfp8_backend_check(b, p, NULL, 0)) continue;
-        if (!best || priority_of(b, p) > priority_of(best, p)) best = b;
+        if (!best || ranks_above(b, best, p, r)) best = b;
     }
     return best;
 }
@@ -240,6 +251,12 @@ static void collect_reasons(const bfp8_backend *const *backends, size_t count, c
 
 bfp8_status bfp8_select(const bfp8_backend *const *backends, size_t count, const bfp8_problem *p,
                         bfp8_policy policy, const char *preferred_name, bfp8_decision *out) {
+    return bfp8_select_ranked(backends, count, p, policy, preferred_name, &bfp8_rank_table_builtin, out);
+}
+
+bfp8_status bfp8_select_ranked(const bfp8_backend *const *backends, size_t count, const bfp8_problem *p,
+                               bfp8_policy policy, const char *preferred_name, const bfp8_rank_table *table,
+                               bfp8_decision *out) {
     BFP8_CHECK_ARG(out, "decision is NULL");
     memset(out, 0, sizeof *out);
     BFP8_CHECK_ARG(backends || count == 0, "backend list is NULL");
@@ -271,7 +288,8 @@ bfp8_status bfp8_select(const bfp8_backend *const *backends, size_t count, const
         out->fallback = true;
     }
 
-    out->backend = pick_auto(backends, count, p, out->preferred);
+    const bfp8_rank rank = bfp8_rank_find(table, p);
+    out->backend = pick_auto(backends, count, p, &rank, out->preferred);
     if (!out->backend) {
         char reasons[1024];
         collect_reasons(backends, count, p, reasons, sizeof reasons);
@@ -721,19 +739,31 @@ bfp8_status bfp8_dispatcher_explain(bfp8_dispatcher *d, const bfp8_problem *p, F
     if (p->device == BFP8_DEVICE_CUDA) fprintf(out, " arch=sm_%d", p->arch);
     fprintf(out, "\npolicy:  %s%s%s\n", policy_name(pol.policy), pol.policy == BFP8_POLICY_AUTO ? "" : " ",
             pol.preferred);
-    fprintf(out, "backends (by priority):\n");
-    /* Show in the order auto considers them: priority, then registration. */
+    /* The ranking's basis, then the backends in the order auto considers them (pick_auto's). */
+    const bfp8_rank rank = bfp8_rank_find(&bfp8_rank_table_builtin, p);
+    char basis[2 * BFP8_REASON_MAX];
+    bfp8_rank_describe(&rank, p, basis, sizeof basis);
+    bool measured_capable = false;
+    for (size_t i = 0; i < d->count && rank.cell; i++)
+        measured_capable |=
+            bfp8_rank_time(&rank, d->backends[i]->name) > 0 && bfp8_backend_check(d->backends[i], p, NULL, 0);
+    fprintf(out, "ranking: %s%s\n", basis,
+            rank.cell && !measured_capable ? "; no capable backend was measured there, so caps priority" : "");
+    fprintf(out, "backends (%s):\n", rank.cell ? "by measured time, then priority" : "by priority");
     bool shown[MAX_BACKENDS] = {0};
     for (size_t n = 0; n < d->count; n++) {
         size_t best = d->count;
         for (size_t i = 0; i < d->count; i++)
-            if (!shown[i] && (best == d->count || priority_of(d->backends[i], p) > priority_of(d->backends[best], p)))
-                best = i;
+            if (!shown[i] && (best == d->count || ranks_above(d->backends[i], d->backends[best], p, &rank))) best = i;
         shown[best] = true;
         const bfp8_backend *b = d->backends[best];
-        char why[BFP8_REASON_MAX];
+        char why[BFP8_REASON_MAX], time[32] = "";
         bool ok = bfp8_backend_check(b, p, why, sizeof why);
-        fprintf(out, "  %-14s %-4s priority %-3d %s\n", b->name, ok ? "ok" : "no", priority_of(b, p), ok ? "" : why);
+        const double us = bfp8_rank_time(&rank, b->name);
+        if (rank.cell && us > 0) snprintf(time, sizeof time, "%9.1f us  ", us);
+        else if (rank.cell) snprintf(time, sizeof time, "%9s     ", "-");
+        fprintf(out, "  %-14s %-4s %spriority %-3d %s\n", b->name, ok ? "ok" : "no", time, priority_of(b, p),
+                ok ? "" : why);
     }
     for (size_t i = 0; i < d->unavailable_count; i++)
         fprintf(out, "  %-14s %-4s unavailable: %s\n", d->unavailable[i].name, "no", d->unavailable[i].why);

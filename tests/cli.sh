@@ -583,6 +583,7 @@ expect 0 env BFP8_NUM_THREADS=1 BFP8_CPU_ISA=portable "$cli" explain --m 1 --n 1
 expect 0 "$cli" explain --m 16 --n 2112 --k 7168
 has out "problem: device=cpu m=16 n=2112 k=7168 out=bf16"
 has out "policy:  auto"
+has out "ranking: caps priority (the measured table ranks CUDA backends)"
 has out "  ref "
 has out "choice:  "
 expect 0 "$cli" explain --m 1 --n 2112 --k 300 --out-dtype fp16 --scale-format ue8m0 --bias --backend ref
@@ -600,6 +601,10 @@ has out "problem: device=cuda m=16 n=2112 k=7168 out=bf16 scales=fp32 bias=none 
 expect 1 "$cli" explain --m 16 --n 2112 --k 7168 --device cuda --arch 90 --gemm --backend cpu --strict
 has out "problem: device=cuda m=16 n=2112 k=7168 out=bf16 scales=fp32 bias=none arch=sm_90"
 lacks out "acts=prior-kernel"
+# On cuda the measured table's cell ranks it (a DeepSeek-R1 cell), or the priorities where none covers it.
+has out "ranking: measured: sm_90 bf16 N=2112 K=7168 M=16, run "
+expect 1 "$cli" explain --m 16 --n 2112 --k 7200 --device cuda --arch 90 --gemm --backend cpu --strict
+has out "ranking: caps priority (no measured cell for sm_90 N=2112 K=7200)"
 expect 1 "$cli" explain --m 1 --n 1 --k 1 --backend no_such_backend
 has err "no backend named"
 

@@ -200,7 +200,7 @@ int cmd_demo(int argc, char **argv) {
     else if (dec.preferred)
         printf(" (preferred by BFP8_BACKEND, and it can run this layer)\n");
     else
-        printf(" (auto: the highest-priority backend that can run it, for data on %s)\n", bfp8_device_name(device));
+        printf(" (auto: the first backend below that can run it, for data on %s)\n", bfp8_device_name(device));
     bfp8_dispatcher_explain(d, &p, stdout); /* every backend with ok or its reason */
 
     const uint64_t calls_before = bfp8_dispatcher_calls(d, chosen->name);

@@ -630,7 +630,8 @@ const bfp8_backend bfp8_backend_cublaslt = {
             .n_multiple = 8,
             .m_multiple = LT_M_MULTIPLE,
             .pads_m = true,
-            /* Measured on the H200 (bench/RESULTS.md): faster than cuda_generic in most cells. */
+            /* auto ranks it by the measured table where a cell covers the problem (docs/dispatch.md, "The measured
+             * ranking"), elsewhere by this: below hopper's 35, above cuda_generic's 20 (bench/RESULTS.md). */
             .priority = 30,
         },
     .supports = lt_supports,

@@ -1,5 +1,5 @@
-/* The `hopper` backend: its caps, its priority against cuBLASLt, and the gemm hook that checks the run-time
- * conditions and hands the problem to the launcher (launch.cu). */
+/* The `hopper` backend: its caps, its priority, and the gemm hook that checks the run-time conditions and hands
+ * the problem to the launcher (launch.cu). */
 #include "backends/hopper/hopper.h"
 
 #include <stdio.h>
@@ -44,34 +44,6 @@ static bfp8_status hopper_gemm(const bfp8_backend *self, const bfp8_gemm_args *a
     return bfp8_hopper_run(args, info.num_sms);
 }
 
-/* Where `hopper` is measured faster than cuBLASLt in same-run tables on the H200: every M <= 64 cell (swapped at
- * M <= 8 and where M <= 16 gives row slices, else the normal path with one consumer warpgroup at M = 9..64); above
- * M = 64, with K <= 7168, where the normal path's 64-wide weight tiles fit one wave of the H200's 132 SMs (M=128 with
- * N <= 7168, M=512 with N=2112: few tiles, which cuBLASLt's fixed tiling leaves on idle SMs); M = 65..128 where the
- * normal path splits only its last wave's tiles (36864x7168 at M=128: 1.03x); M = 65..128 with K > 7168 (M=128
- * 7168x16384 / 7168x18432: 1.06x / 1.04x); and M >= 512 but for M >= 4096 with K > 7168: hopper was faster at M=512
- * on every layer (1.01-1.06x with K >= 2048, 1.14-1.27x below) and at M=4096 with K <= 7168 (1.01-1.19x). At M=4096
- * with K > 7168 (7168x16384, 7168x18432) the two are within 1% either way (0.995-1.010x), so cuBLASLt, the vendor
- * path, keeps them, as it keeps M=128 24576x1536 and 32768x512 (0.97-0.98x and 0.99-1.02x) in a plain GEMM call.
- * Inside bfp8_linear (act_from_prior_kernel) hopper starts behind the activation quantization and streams its
- * weights before the activations exist, which cuBLASLt cannot: there the same two M=128 layers took 23.9 / 16.7 us
- * on hopper against 26.1 / 19.0 on cuBLASLt, so it ranks first at every M <= 128 of a linear call. The rules
- * extrapolate from the measured M (1, 16, 64, 128, 512, 4096) to the M between. Elsewhere cuBLASLt (priority 30)
- * ranks above hopper (25), which serves what it declines. The plans are the default ones, whatever the environment
- * forces (bfp8_hopper_knobs). */
-static int hopper_priority(const bfp8_backend *self, const bfp8_problem *p) {
-    (void)self;
-    if (p->m <= 64) return 35;
-    if (p->k <= 7168 && bfp8_hopper_normal_tiles(p->m, p->n, 64) <= 132) return 35;
-    if (p->m >= 512 && (p->m < 4096 || p->k <= 7168)) return 35;
-    if (p->m <= 128) {
-        if (p->k > 7168 || p->act_from_prior_kernel) return 35;
-        const bfp8_hopper_plan pl = bfp8_hopper_plan_make(p->m, p->n, p->k, 132, NULL, NULL);
-        if (!pl.swap && pl.whole_units > 0 && pl.splits > 1) return 35; /* the last-wave split, not stream-K */
-    }
-    return 25;
-}
-
 static const bfp8_backend kHopperBackend = {
     .name = "hopper",
     .summary = "sm_90a TMA + FP8 wgmma, warp-specialized persistent kernel; swap-AB and split-K for decode",
@@ -94,12 +66,15 @@ static const bfp8_backend kHopperBackend = {
             .max_m = INT32_MAX, /* TMA coordinates are int32 */
             .max_n = INT32_MAX,
             .max_k = INT32_MAX,
-            .priority = 25, /* see hopper_priority */
+            /* auto ranks it by the measured table where a cell covers the problem (docs/dispatch.md, "The measured
+             * ranking"), elsewhere by this: above cuBLASLt's 30, as hopper was the faster of the two in every cell
+             * that seeded the table (bench/data/rank-h200.csv), from 0.7% (M=4096 7168x16384) to 2.5x (decode). */
+            .priority = 35,
         },
     .supports = NULL, /* the caps say everything */
     .gemm = hopper_gemm,
     .ctx = NULL,
-    .priority_for = hopper_priority,
+    .priority_for = NULL,
 };
 
 const bfp8_backend *bfp8_hopper_backend(void) { return &kHopperBackend; }

@@ -1,0 +1,103 @@
+/* The measured ranking's lookup (rank.h): which cell of the table ranks a problem. */
+#include "rank.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A cell the lookup may use: M in range (the nearest-M rule multiplies two of them). */
+static bool cell_usable(const bfp8_rank_cell *c) { return c->m >= 1 && c->m <= BFP8_RANK_MAX_M; }
+
+static bool cell_of(const bfp8_rank_cell *c, int arch, bfp8_dtype dt, int64_t n, int64_t k) {
+    return cell_usable(c) && c->arch == arch && c->out_dtype == dt && c->n == n && c->k == k;
+}
+
+static bool has_shape(const bfp8_rank_table *t, int arch, bfp8_dtype dt, int64_t n, int64_t k) {
+    for (size_t i = 0; i < t->ncells; i++)
+        if (cell_of(&t->cells[i], arch, dt, n, k)) return true;
+    return false;
+}
+
+/* The other output dtype of the same size, whose cells rank this one's: bf16 <-> f16. */
+static bool same_size_dtype(bfp8_dtype dt, bfp8_dtype *alt) {
+    if (dt == BFP8_DTYPE_BF16) *alt = BFP8_DTYPE_F16;
+    else if (dt == BFP8_DTYPE_F16) *alt = BFP8_DTYPE_BF16;
+    else return false;
+    return true;
+}
+
+bfp8_rank bfp8_rank_find(const bfp8_rank_table *t, const bfp8_problem *p) {
+    bfp8_rank r = {.table = t, .cell = NULL, .miss = BFP8_RANK_MISS_SHAPE};
+    if (p->device != BFP8_DEVICE_CUDA) {
+        r.miss = BFP8_RANK_MISS_NOT_CUDA;
+        return r;
+    }
+    if (!t) return r;
+    bfp8_dtype dt = p->out_dtype, alt;
+    if (!has_shape(t, p->arch, dt, p->n, p->k)) {
+        if (!same_size_dtype(dt, &alt) || !has_shape(t, p->arch, alt, p->n, p->k)) {
+            for (size_t i = 0; i < t->ncells; i++) {
+                const bfp8_rank_cell *c = &t->cells[i];
+                if (cell_usable(c) && c->arch == p->arch && c->n == p->n && c->k == p->k) r.miss = BFP8_RANK_MISS_DTYPE;
+            }
+            return r;
+        }
+        dt = alt;
+    }
+    /* The measured M just below and just above (or at) M. */
+    const int64_t m = p->m < 1 ? 1 : p->m;
+    const bfp8_rank_cell *lo = NULL, *hi = NULL;
+    for (size_t i = 0; i < t->ncells; i++) {
+        const bfp8_rank_cell *c = &t->cells[i];
+        if (!cell_of(c, p->arch, dt, p->n, p->k)) continue;
+        if (c->m <= m && (!lo || c->m > lo->m)) lo = c;
+        if (c->m >= m && (!hi || c->m < hi->m)) hi = c;
+    }
+    /* Nearest in log space: M*M <= lo*hi, as M <= floor(lo*hi / M), exact in int64 (lo, hi <= 2^31). */
+    if (!lo) r.cell = hi;
+    else if (!hi || lo == hi) r.cell = lo;
+    else r.cell = m <= lo->m * hi->m / m ? lo : hi;
+    r.miss = BFP8_RANK_FOUND;
+    return r;
+}
+
+double bfp8_rank_time(const bfp8_rank *r, const char *name) {
+    if (!r || !r->cell || !name) return 0;
+    for (int i = 0; i < r->table->nbackends && i < BFP8_RANK_MAX_BACKENDS; i++) {
+        if (strcmp(r->table->backends[i], name) != 0) continue;
+        const double us = r->cell->us[i];
+        return us > 0 ? us : 0; /* NaN and non-positive times are "not measured" */
+    }
+    return 0;
+}
+
+void bfp8_rank_describe(const bfp8_rank *r, const bfp8_problem *p, char *buf, size_t size) {
+    if (!size) return;
+    if (!r->cell) {
+        switch (r->miss) {
+        case BFP8_RANK_MISS_NOT_CUDA:
+            snprintf(buf, size, "caps priority (the measured table ranks CUDA backends)");
+            break;
+        case BFP8_RANK_MISS_DTYPE:
+            snprintf(buf, size, "caps priority (no measured cell of output %s for sm_%d N=%" PRId64 " K=%" PRId64 ")",
+                     bfp8_dtype_name(p->out_dtype), p->arch, p->n, p->k);
+            break;
+        default:
+            snprintf(buf, size, "caps priority (no measured cell for sm_%d N=%" PRId64 " K=%" PRId64 ")", p->arch, p->n,
+                     p->k);
+            break;
+        }
+        return;
+    }
+    const bfp8_rank_cell *c = r->cell;
+    char how[96] = "";
+    size_t used = 0;
+    if (c->m != p->m)
+        used += (size_t)snprintf(how, sizeof how, " (nearest measured M to %" PRId64 ")", p->m);
+    if (c->out_dtype != p->out_dtype && used < sizeof how)
+        snprintf(how + used, sizeof how - used, " (the %s cell for %s output)", bfp8_dtype_name(c->out_dtype),
+                 bfp8_dtype_name(p->out_dtype));
+    const char *source = c->source >= 0 && c->source < r->table->nsources ? r->table->sources[c->source] : "?";
+    snprintf(buf, size, "measured: sm_%d %s N=%" PRId64 " K=%" PRId64 " M=%" PRId64 "%s, run %s", c->arch,
+             bfp8_dtype_name(c->out_dtype), c->n, c->k, c->m, how, source);
+}
