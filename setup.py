@@ -25,6 +25,8 @@ class BuildWithMake(build_ext):
         ldlibs = subprocess.check_output(make + ["-s", "print-ldlibs"], cwd=ROOT, text=True).split()
         for ext in self.extensions:
             ext.extra_objects = [os.path.join(ROOT, BUILD, "libblockfp8.a")]
+            # Relinked whenever the library changes (build_ext compares only `sources` and `depends` by default).
+            ext.depends = list(ext.depends) + ext.extra_objects + [os.path.join(ROOT, "include", "blockfp8.h")]
             # The static archives' symbols (libblockfp8, the static CUDA runtime) stay inside the extension and
             # bind to its own copies, never to a libcudart that torch has loaded into the process.
             ext.extra_link_args = ldlibs + ["-Wl,--exclude-libs,ALL", "-Wl,-Bsymbolic"]

@@ -6,6 +6,7 @@
     bench/reproduce.py summary DIR [--markdown]
                                               the summary (or RESULTS.md's tables) of the JSON in DIR, e.g.
                                               bench/results, or an OUT of the two commands above
+    bench/reproduce.py ab DIR                 old tree against new from scripts/gpu-check.sh's `ab` step
 
 Options of cpu and gpu:
     --only STEP,...   run these steps only (cpu: cpu-bench cpu-bench-haswell cpu-model quant; gpu: h200-bench
@@ -358,9 +359,49 @@ def summary(d, markdown):
         print(f"(no benchmark JSON in {d})")
 
 
+def ab(d):
+    """Old tree against new, from ab-{old,new}-{1,2}.json (scripts/gpu-check.sh's `ab` step: the two trees' full
+    tables alternated in one call). Per backend and cell: the mean of each tree's two runs, the old tree's own
+    run-to-run spread (the noise), and new/old speed; a cell is slower only beyond that noise (and 2%)."""
+    runs = {t: [load(os.path.join(d, f"ab-{t}-{i}.json")) for i in (1, 2)] for t in ("old", "new")}
+    backends = sorted({r["backend"] for r in runs["new"][0] if r.get("median_us")})
+    lines, worst = [], []
+    print("| backend | M | N | K | old µs | new µs | noise | new speed / old |")
+    print("|---|---|---|---|---|---|---|---|")
+    for b in backends:
+        per = {t: [times(by_cell(run, b)) for run in runs[t]] for t in runs}
+        ratios = []
+        for cell in sorted(per["new"][0]):
+            try:
+                o1, o2 = per["old"][0][cell], per["old"][1][cell]
+                n1, n2 = per["new"][0][cell], per["new"][1][cell]
+            except KeyError:
+                continue
+            if not all(isinstance(v, (int, float)) and v > 0 for v in (o1, o2, n1, n2)):
+                continue
+            old, new = (o1 + o2) / 2, (n1 + n2) / 2
+            noise = abs(o1 - o2) / old
+            speed = old / new
+            ratios.append(speed)
+            slower = speed < 1 - max(noise, 0.02)
+            if slower:
+                worst.append((b, cell, speed, noise))
+            print(f"| {b} | {cell[0]} | {cell[1]} | {cell[2]} | {old:.1f} | {new:.1f} | {noise * 100:.1f}% | "
+                  f"{speed:.3f}{' SLOWER' if slower else ''} |")
+        if ratios:
+            lines.append(f"{b}: new/old geomean speed {geomean(ratios):.4f} over {len(ratios)} cells")
+    print()
+    for line in lines:
+        print(line)
+    print(f"cells slower beyond the noise (and 2%): {len(worst)}")
+    for b, cell, speed, noise in worst:
+        print(f"  {b} M={cell[0]} N={cell[1]} K={cell[2]}: {speed:.3f} (noise {noise * 100:.1f}%)")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["cpu", "gpu", "summary"])
+    ap.add_argument("what", choices=["cpu", "gpu", "summary", "ab"])
     ap.add_argument("dir", help="OUT for cpu and gpu, the JSON's directory for summary")
     ap.add_argument("--only", help="comma-separated steps")
     ap.add_argument("--quick", action="store_true", help="a few cells of each table")
@@ -372,6 +413,8 @@ def main():
     if a.what == "summary":
         summary(a.dir, a.markdown)
         return 0
+    if a.what == "ab":
+        return ab(a.dir)
     a.out = a.dir
     return run(a.what, a)
 

@@ -77,6 +77,8 @@ sanitize() {
         BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda ||
             return 1
         timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_hopper --small || return 1
+        BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda_grouped ||
+            return 1
         # Plans the default does not reach on the small cases.
         for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_FORCE=stream-k; do
             echo "== $v"
@@ -117,10 +119,50 @@ step bench-dirty timeout 300 build/blockfp8 bench --device cuda --backend cuda_g
 step triton env PYTHONUNBUFFERED=1 timeout 420 python3 bench/triton_baseline.py --l2 dirty --json "$out/triton-dirty.json" \
     >"$out/triton-dirty.log" 2>&1
 
+# --- the Python package on CUDA tensors, the CLI on the GPU --------------------------------------------------------
+python_cuda() {
+    python3 setup.py -q build_ext --inplace >"$out/python-build.log" 2>&1 || return 1
+    BFP8_CLI=$PWD/build/blockfp8 PYTHONPATH=$PWD/python timeout 300 python3 -m pytest -q -p no:cacheprovider \
+        tests/python || return 1
+    PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout 120 python3 bench/python_overhead.py \
+        --json "$out/python-overhead.json"
+}
+step python python_cuda >"$out/python.log" 2>&1
+step cli sh tests/cli.sh build >"$out/cli.log" 2>&1
+
+# --- the grouped (MoE) GEMM against cuBLASLt called once per expert ---------------------------------------------------
+grouped() {
+    local layout
+    for layout in contiguous masked; do
+        local tokens=$([ $layout = contiguous ] && echo 128,512,2048 || echo 16,64,128,256)
+        timeout 240 build/blockfp8 bench --grouped $layout --device cuda --experts 8,32 --tokens $tokens \
+            --baseline cublaslt --iters 10 --warmup 2 --json "$out/grouped-$layout.json" || return 1
+    done
+}
+step grouped grouped >"$out/grouped.log" 2>&1
+
+# --- A/B against an older tree built beside this one (GPU_CHECK_OLD=DIR: a checkout, e.g. from `git archive`) --------
+# The two trees' full tables alternate, twice each, in one call; the old tree's two runs give the run-to-run noise.
+ab() {
+    local old=${GPU_CHECK_OLD:?GPU_CHECK_OLD names the old tree}
+    (cd "$old" && mkdir -p build && touch build/.deps-ok && make -j"$jobs" all) >"$out/ab-build.log" 2>&1 || return 1
+    local i
+    for i in 1 2; do
+        for t in old new; do
+            local bin=build/blockfp8
+            [ $t = old ] && bin=$old/build/blockfp8
+            timeout 200 $bin bench --device cuda --backend all --baseline cublaslt --shapes dsr1 \
+                --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --json "$out/ab-$t-$i.json" >"$out/ab-$t-$i.log" 2>&1 || return 1
+        done
+    done
+    python3 bench/reproduce.py ab "$out" >"$out/ab.md"
+}
+step ab ab >"$out/ab.log" 2>&1
+
 # --- summary (printed last) -------------------------------------------------------------------------------------------
 echo "================ gpu-check summary ($(date -u +%FT%TZ), commit ${BFP8_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
 head -2 "$out/unit.log" | tail -1
-for s in build unit-suite test_cuda variants sanitizer sass probe bench bench-dirty triton; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
+for s in build unit-suite test_cuda variants sanitizer sass probe bench bench-dirty triton python cli grouped ab; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
 echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
 echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
 echo "-- test_hopper with each forced plan:"
@@ -148,7 +190,7 @@ if [ -f "$out/bench-dirty.json" ] && [ -f "$out/triton-dirty.json" ]; then
     awk -F'|' '/^\| [0-9]/ && $7 + 0 < 1' "$out/vs-triton.md" | sed 's/^/  /'
     tail -1 "$out/vs-triton.md" | sed 's/^/  /'
 fi
-anchors=../shared/BENCHMARKS.md
+anchors=bench/data/anchors-h200-2026-11-30.csv
 if [ -f "$out/bench-dirty.json" ] && [ -f "$anchors" ]; then
     echo "-- cuda_generic vs the triton anchor (dirty flush):"
     python3 scripts/compare-anchors.py "$out/bench-dirty.json" "$anchors" | tail -1 | sed 's/^/  /'
