@@ -162,12 +162,14 @@ static void test_caps(const bfp8_backend *b) {
 /* bfp8_gemm_args::act_from_prior_kernel reaches the problem, and so hopper's ranking and launch, on CUDA only (no
  * device needed: the pointers are never touched). */
 static void test_prior_kernel_flag(void) {
-    static uint64_t fake[64];
-    bfp8_gemm_args g = {.m = 4, .n = 128, .k = 128, .a = (const uint8_t *)fake, .b = (const uint8_t *)fake,
-                        .y = fake, .y_dtype = BFP8_DTYPE_BF16, .device = BFP8_DEVICE_CUDA,
-                        .act_from_prior_kernel = true};
-    bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_MN_MAJOR_ALIGNED, 4, 1, fake);
-    bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, fake);
+    /* Distinct buffers: the argument check refuses outputs that overlap inputs. */
+    static uint8_t fake_a[4 * 128], fake_b[128 * 128];
+    static uint16_t fake_y[4 * 128];
+    static float fake_sa[4], fake_sb[1];
+    bfp8_gemm_args g = {.m = 4, .n = 128, .k = 128, .a = fake_a, .b = fake_b, .y = fake_y,
+                        .y_dtype = BFP8_DTYPE_BF16, .device = BFP8_DEVICE_CUDA, .act_from_prior_kernel = true};
+    bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_MN_MAJOR_ALIGNED, 4, 1, fake_sa);
+    bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, fake_sb);
     bfp8_problem p;
     CHECK_OK(bfp8_problem_from_gemm(&g, &p));
     CHECK(p.act_from_prior_kernel, "a CUDA GEMM whose activations come from the kernel before: flag lost");
