@@ -610,7 +610,7 @@ static void wide_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, bf
 }
 
 /* The wide kernel at odd sizes, forced (the default plan takes it only at M >= 512 with many tiles: test_dsr1's M =
- * 4095 cells and the linear case at 520 x 3456). small_only: the cases that compute-sanitizer runs. */
+ * 4095 cells and the linear case at 520 x 5120). small_only: the cases that compute-sanitizer runs. */
 static void test_wide(const bfp8_backend *b, bool small_only) {
     /* One tile at every edge: M = 1 (the second warpgroup's rows and 127 of the first's past M), N = 8 (one
      * 8-row box; the second half's weight scale row past the matrix), K = 16 (one partial K block). */
@@ -901,12 +901,12 @@ static void test_linear(bool small_only) {
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */
         linear_case(dev, host, 600, 1536, 768, BFP8_SCALE_UE8M0, true); /* normal, several tiles per CTA */
         linear_case(dev, host, 512, 1024, 2048, BFP8_SCALE_FP32, true); /* normal, four whole P tiles */
-        /* normal, the wide kernel as the default plan picks it on the H200 (70 wide tiles against 135 128-wide
+        /* normal, the wide kernel as the default plan picks it on the H200 (100 wide tiles against 200 128-wide
          * ones), as a programmatic dependent: its consumers read the activation scales after griddepcontrol.wait */
-        const bfp8_hopper_plan wide = bfp8_hopper_plan_make(520, 3456, 1024, 132, NULL, NULL);
-        CHECK(!wide.swap && wide.bq == BFP8_HOPPER_WIDE_BQ, "520 x 3456 x 1024: the default plan on the H200 is not "
+        const bfp8_hopper_plan wide = bfp8_hopper_plan_make(520, 5120, 1024, 132, NULL, NULL);
+        CHECK(!wide.swap && wide.bq == BFP8_HOPPER_WIDE_BQ, "520 x 5120 x 1024: the default plan on the H200 is not "
               "the wide tile (BQ=%d)", wide.bq);
-        linear_case(dev, host, 520, 3456, 1024, BFP8_SCALE_FP32, true);
+        linear_case(dev, host, 520, 5120, 1024, BFP8_SCALE_FP32, true);
         test_linear_graph(dev, 3, 256, 8192);   /* swapped with split K: every node kind above */
         test_linear_graph(dev, 2100, 2112, 2048); /* stream-K: the flags' memset in the graph */
     }
