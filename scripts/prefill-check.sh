@@ -99,9 +99,9 @@ echo "-- sass:"; grep -E 'ptxas-check|wide_kernel|QGMMA in' "$out/sass.log" 2>/d
 echo "-- shared-memory probe (B/clk per SM):"; [ -f "$out/smem_bw.log" ] && sed 's/^/  /' "$out/smem_bw.log"
 echo "-- DeepSeek-R1, bf16 out, median us with the L2 flushed (wide = BFP8_HOPPER_TILE=256, before = BFP8_HOPPER_WIDE=0,"
 echo "   default = the plan the rule picks; cuBLASLt from the wide run; est. vs DeepGEMM = (DeepGEMM / hopper in the"
-echo "   2026-12-04 side-by-side run, BENCHMARKS.md) x (before / wide): an estimate across runs, not a measurement):"
+echo "   side-by-side run of 2026-12-04, issue 31) x (before / wide): an estimate across runs, not a measurement):"
 awk '
-    # The 2026-12-04 side-by-side run (shared/BENCHMARKS.md): DeepGEMM and hopper at M = 512 and 4096.
+    # The side-by-side run of 2026-12-04 (issue 31; DeepGEMM 54e2261, main 1e16e46): DeepGEMM and hopper at M = 512, 4096.
     BEGIN {
         split("2112x7168 24576x1536 32768x512 7168x16384 36864x7168 7168x18432 4096x7168 7168x2048", sh, " ")
         split("18.2 35.8 22.7 124.1 230.7 139.1 27.5 21.6", dg512, " "); split("100.4 235.9 134.0 687.6 1694.7 824.3 171.6 96.1", dg4096, " ")
