@@ -42,7 +42,7 @@ enum { NUM_LAYERS = sizeof H200_TABLE / sizeof H200_TABLE[0] };
 static bfp8_problem layer_problem(bfp8_device device, int64_t m, const golden_row *row, bfp8_dtype out) {
     return (bfp8_problem){.device = device, .arch = device == BFP8_DEVICE_CUDA ? 90 : 0, .m = m, .n = row->n,
                           .k = row->k, .out_dtype = out, .scale_format = BFP8_SCALE_FP32,
-                          .a_layouts = bfp8_layouts_for_format(BFP8_SCALE_FP32),
+                          .a_layouts = bfp8_scale_layouts_for(BFP8_SCALE_FP32),
                           .b_layouts = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR),
                           .act_from_prior_kernel = device == BFP8_DEVICE_CUDA};
 }

@@ -2,7 +2,10 @@
 #ifndef BFP8_CLI_H
 #define BFP8_CLI_H
 
-#include "blockfp8.h"
+#include "blockfp8_backend.h" /* the CLI reads backends' names and caps */
+#include "common/devbuf.h"
+#include "common/numerics.h" /* tests/common: the tolerance table and error metrics the tests use */
+#include "common/rng.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -52,38 +55,12 @@ int cli_want_i64(const char *cmd, const char *usage, const char *opt, const char
 /* Output dtypes a GEMM can write: "bf16", "fp16"/"f16", "fp32"/"f32" (the names bfp8_dtype_parse takes). */
 bool cli_parse_out_dtype(const char *s, bfp8_dtype *out);
 
-/* Seeded xorshift64* generator; cli_seed_fresh() draws a seed from /dev/urandom (never 0). */
-typedef struct cli_rng { uint64_t state; } cli_rng;
-uint64_t cli_seed_fresh(void);
-void cli_rng_init(cli_rng *r, uint64_t seed);
-uint64_t cli_rng_u64(cli_rng *r);
-/* Roughly normal values (sum of four uniforms) with standard deviation about `stddev`. */
-float cli_rng_normal(cli_rng *r, float stddev);
-/* Fills n elements of a float-typed array (f32/bf16/f16) with rounded normal values. */
-void cli_fill_normal(cli_rng *r, void *p, bfp8_dtype dtype, int64_t n, float stddev);
-
-/* n elements of a float-typed array as fp32 (malloc'ed; NULL when out of memory or not a float dtype). */
-float *cli_to_f32(const void *p, bfp8_dtype dtype, int64_t n);
-/* ||y - ref|| / ||ref|| in double (0 when both are empty or zero; inf when only ref is zero). */
-double cli_rel_frobenius(const float *y, const float *ref, int64_t n);
-/* DeepGEMM's calc_diff: 1 - 2*sum(x*y) / sum(x*x + y*y), in double. */
-double cli_calc_diff(const float *x, const float *y, int64_t n);
-/* Count of NaN elements (the poison left where nothing was written). */
-int64_t cli_count_nan(const float *p, int64_t n);
-/* DESIGN section 3 tolerance of the relative Frobenius error vs ref for an output dtype on a device. */
-double cli_tolerance(bfp8_dtype out_dtype, bfp8_device device);
-
 /* The process-wide default dispatcher; on failure (e.g. a BFP8_BACKEND nobody knows) prints
  * "blockfp8 <cmd>: ..." to stderr and returns NULL. */
 bfp8_dispatcher *cli_default_dispatcher(const char *cmd);
 /* Applies --backend/--strict to a dispatcher: no name -> leave its policy (auto or BFP8_BACKEND); a name ->
  * prefer it (strict with `strict`); the dispatcher judges unknown names. */
 bfp8_status cli_apply_policy(bfp8_dispatcher *d, const char *backend, bool strict);
-/* The problem a host bfp8_linear call on `d` poses for an [m, k] x [n, k] GEMM: the activation-scale layouts
- * quantization can produce, the weight-scale layouts the prepared weight holds (all of them when w is NULL). */
-void cli_linear_problem(bfp8_problem *p, bfp8_device device, int arch, int64_t m, int64_t n, int64_t k,
-                        bfp8_dtype out_dtype, bfp8_scale_format format, const bfp8_weight *w, bool has_bias,
-                        bfp8_dtype bias_dtype);
 
 /* Subcommands: each takes argc/argv starting at its own name and returns an exit status. */
 int cmd_demo(int argc, char **argv);

@@ -1,6 +1,5 @@
 /* blockfp8 explain: the dispatcher's table for one problem (every backend with "ok" or its reason, the choice). */
 #include "cli.h"
-#include "internal.h" /* bfp8_cuda_current_arch */
 
 #include <stdio.h>
 #include <string.h>
@@ -81,9 +80,14 @@ int cmd_explain(int argc, char **argv) {
     bfp8_status st = cli_apply_policy(d, backend, strict);
     if (st != BFP8_OK) return cli_lib_error(cmd, "policy", st);
 
-    if (arch < 0) arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0;
+    /* The layer as bfp8_linear would pose it, with a weight prepared in every layout its format allows. */
+    const uint32_t layouts = bfp8_scale_layouts_for(format);
+    const bfp8_weight_info wi = {.n = n, .k = k, .scale_format = format, .host_layouts = layouts,
+                                 .device_layouts = layouts};
     bfp8_problem p;
-    cli_linear_problem(&p, device, (int)arch, m, n, k, out_dtype, format, NULL, has_bias, bias_dtype);
+    st = bfp8_problem_for_linear(&wi, device, m, out_dtype, has_bias, bias_dtype, &p);
+    if (st != BFP8_OK) return cli_lib_error(cmd, "problem", st);
+    if (arch >= 0) p.arch = (int)arch;
     if (gemm) p.act_from_prior_kernel = false;
 
     st = bfp8_dispatcher_explain(d, &p, stdout);
