@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Moves C sources written for the blockfp8 0.2 API to 0.3 (docs/api-0.3-renames.md): the renames, one word for
 another, and the four calls whose output parameter moved to the end, whose arguments are reordered in place
-(calls spanning lines included). Declarations and definitions of those four are left alone: edit them by hand.
+(calls spanning lines included); in tests, `test_rng_state_ = S;` becomes `test_rng_init(&test_rng_, S);`, and under
+tools/ bfp8_load_f32 becomes test_load_f32. Declarations and definitions of the four calls are left alone: edit
+them by hand.
 
     python3 scripts/api-0.3-migrate.py FILE...     rewrites the files, prints the ones it changed
 """
@@ -123,6 +125,10 @@ def main(paths):
         for old, new in pairs:
             out = re.sub(r'\b%s\b' % re.escape(old), new, out)
         out = reorder(out)
+        # The tests' generator is a test_rng now (tests/check.h), and the CLI reads floats with tests/common's helper.
+        out = re.sub(r'\btest_rng_state_\s*=\s*([^;]+);', r'test_rng_init(&test_rng_, \1);', out)
+        if '/tools/' in '/' + path:
+            out = re.sub(r'\bbfp8_load_f32\b', 'test_load_f32', out)
         if out != src:
             open(path, 'w', encoding='utf-8').write(out)
             print(path)
