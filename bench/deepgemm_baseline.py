@@ -13,7 +13,7 @@ Two baselines, each skipped with a message when this machine cannot run it (the 
 - scaled_mm: cuBLASLt's block-scaled GEMM as torch calls it, `torch._scaled_mm(a, w.t(), scale_a, scale_b)` with
   1x128 activation scales (outer-dim-major) and 128x128 weight scales (their rows 16-byte aligned, as newer torch
   requires). cuBLASLt refuses M % 4 != 0, and torch passes that on, so the operands are padded to round_up(M, 4)
-  rows before timing, as in BENCHMARKS.md's anchor: records "torch_scaled_mm". Where M % 4 != 0 the same call is
+  rows before timing, as for the cuBLASLt anchors of bench/data/: records "torch_scaled_mm". Where M % 4 != 0 the same call is
   also timed with the copy of A into the padded buffer that a caller has to make: "torch_scaled_mm_pad" (the
   output needs no copy: its first M rows are a view). blockfp8's cublaslt backend pays that padding inside its call,
   so it is the like-for-like record there.

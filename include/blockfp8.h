@@ -12,7 +12,7 @@
  * Matrices are row-major and contiguous: A (activations) is [M, K], B (the weight) is [N, K], Y is [M, N].
  * Each of M, N, K is at most 2^62. Enums outside their range are refused, never read as another value.
  *
- * Names: bfp8_<noun>_<verb>; indexed access is <noun>_at (bfp8_dispatcher_at, bfp8_scales_at); every CUDA
+ * Names: everything is bfp8_*; indexed access is <noun>_at (bfp8_dispatcher_at, bfp8_scales_at); every CUDA
  * function is bfp8_cuda_*. Parameters: the object a function acts on first (the dispatcher, the weight, the
  * descriptor bfp8_scales_init fills), then the inputs, then the outputs (where results are returned: a new object,
  * a descriptor, a count, the quantizers' codes and scales), a buffer's size right after the buffer; a CUDA stream,
@@ -38,9 +38,10 @@
 extern "C" {
 #endif
 
-/* Everything declared in this header is the public API, and nothing else is exported from libblockfp8.so: the
- * library is compiled with -fvisibility=hidden, and this pragma (gcc, clang, nvcc) gives every declaration up to
- * the matching pop default visibility, so a new function here is exported without further marking. */
+/* Everything declared in the headers of include/ is the public API, and nothing else is exported from
+ * libblockfp8.so: the library is compiled with -fvisibility=hidden, and this pragma (gcc, clang, nvcc), in each
+ * public header, gives every declaration up to the matching pop default visibility, so a new function is exported
+ * without further marking (tests/check-exports.sh holds the exports to the declarations). */
 #if defined(__GNUC__)
 #pragma GCC visibility push(default)
 #endif
