@@ -12,7 +12,9 @@
 # Sources are found by wildcard: the library is src/*.c, src/backends/*.c and src/backends/*/*.c, where C files in
 # src/backends/cuda/ and files named *_cuda.c need the CUDA toolkit (left out of a CUDA=0 build) and every other one
 # is compiled in every build; *_avx2.c files get the AVX2 flags; CUDA code is src/backends/*/*.cu; the CLI is
-# tools/*.c; each tests/test_*.c is one unit-test binary. Header dependencies come from the compilers (-MMD).
+# tools/*.c, with tools/*.cu when CUDA is built; each tests/test_*.c is one unit-test binary. tests/common/*.c
+# (tolerances, error metrics, random data, buffers) is linked into every test binary and the CLI. Header
+# dependencies come from the compilers (-MMD).
 #
 # Parallel by default: a top-level make without -j runs with -j<cores>; stages that must run in order (the test
 # suite's) are sequential recipe lines.
@@ -50,6 +52,8 @@ endif
 
 # Only the public API (include/*.h, under its visibility pragma) is exported from the shared library.
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Wshadow -Wno-unused-parameter
+# A call in the argument order of an older API (0.3 moved output parameters last) fails to build.
+CFLAGS_BASE += -Werror=int-conversion -Werror=incompatible-pointer-types
 CFLAGS_BASE += -MMD -MP -Iinclude -Isrc $(CJSON_CFLAGS)
 LDLIBS_BASE := $(CJSON_LIBS) -ldl -lpthread -lm
 
@@ -87,14 +91,16 @@ ifeq ($(HOPPER_TRACE),1)
 NVCCFLAGS += -DBFP8_HOPPER_TRACE=1
 endif
 CUDA_SRCS := $(wildcard src/backends/*/*.cu)
+TOOL_CUDA_SRCS := $(wildcard tools/*.cu)
 # CUDA objects live in $(BUILD)/cuda, one flat folder (tests/ptxas-check.sh reads the .ptxas.log beside each). The
 # sanitizer and clang builds of `make test` link the plain build's (CUDA_OBJDIR=build/cuda): nvcc code is not
 # instrumented, and compiling it again would cost minutes.
 CUDA_OBJDIR ?= $(BUILD)/cuda
-ifneq ($(words $(sort $(notdir $(CUDA_SRCS)))),$(words $(CUDA_SRCS)))
-  $(error two .cu files share a name ($(sort $(notdir $(CUDA_SRCS)))): CUDA objects go in one folder)
+ALL_CUDA_SRCS := $(CUDA_SRCS) $(TOOL_CUDA_SRCS)
+ifneq ($(words $(sort $(notdir $(ALL_CUDA_SRCS)))),$(words $(ALL_CUDA_SRCS)))
+  $(error two .cu files share a name ($(sort $(notdir $(ALL_CUDA_SRCS)))): CUDA objects go in one folder)
 endif
-vpath %.cu $(sort $(dir $(CUDA_SRCS)))
+vpath %.cu $(sort $(dir $(ALL_CUDA_SRCS)))
 
 LIB_SRCS := $(wildcard src/*.c src/backends/*.c src/backends/*/*.c)
 ifeq ($(WITH_CUDA),1)
@@ -121,8 +127,14 @@ SO_FILE := libblockfp8.so.$(VERSION)
 LIB_SO := $(BUILD)/$(SO_LINK)
 
 TOOL_SRCS := $(wildcard tools/*.c)
+# The CLI's CUDA code (its GPU timer's kernels).
+TOOL_CUDA_OBJS := $(if $(filter 1,$(WITH_CUDA)),$(addprefix $(CUDA_OBJDIR)/,$(notdir $(TOOL_CUDA_SRCS:.cu=.o))))
 TOOL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TOOL_SRCS))
 CLI := $(BUILD)/blockfp8
+# What the tests and the CLI share (tests/common/); tests/common/*.h use the public API only.
+COMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/common/*.c))
+# The CLI's GPU timer, for the unit test that exercises it.
+CLI_TIMER_OBJS := $(BUILD)/obj/tools/cuda_timer.o $(TOOL_CUDA_OBJS)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -175,7 +187,7 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c | check-deps
 
 $(BUILD)/obj/tools/%.o: tools/%.c | check-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Itools $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS_BASE) -Itools -Itests $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c | check-deps
 	@mkdir -p $(dir $@)
@@ -207,12 +219,15 @@ $(BUILD)/$(SO_FILE): $(OBJS) $(CUDA_OBJS)
 $(LIB_SO) $(BUILD)/$(SO_NAME): $(BUILD)/$(SO_FILE)
 	ln -sf $(SO_FILE) $@
 
-$(CLI): $(TOOL_OBJS) $(LIB_A)
-	$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $(TOOL_OBJS) $(LIB_A) $(LDLIBS_BASE)
+$(CLI): $(TOOL_OBJS) $(TOOL_CUDA_OBJS) $(COMMON_OBJS) $(LIB_A)
+	$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $(TOOL_OBJS) $(TOOL_CUDA_OBJS) $(COMMON_OBJS) $(LIB_A) $(LDLIBS_BASE)
 
-$(BUILD)/tests/%: tests/%.c $(LIB_A) | check-deps
+# Each test links tests/common and whatever other objects it lists as prerequisites.
+$(BUILD)/tests/%: tests/%.c $(COMMON_OBJS) $(LIB_A) | check-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Itests $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIB_A) $(LDFLAGS_SAN) $(LDFLAGS) $(LDLIBS_BASE)
+	$(CC) $(CFLAGS_BASE) -Itests -Itools $(CPPFLAGS) $(CFLAGS) -o $@ $< $(filter %.o,$^) $(LIB_A) $(LDFLAGS_SAN) \
+	    $(LDFLAGS) $(LDLIBS_BASE)
+$(BUILD)/tests/test_cuda_timer: $(CLI_TIMER_OBJS)
 
 # Quantization throughput, scalar vs AVX2 (bench/RESULTS.md, "Vectorized quantization").
 $(BUILD)/quant_bench: bench/quant_bench.c $(LIB_A)
@@ -228,7 +243,8 @@ $(GPU_TOOLS): $(BUILD)/%: bench/probes/%.cu
 gpu-tools: $(if $(filter 1,$(WITH_CUDA)),$(GPU_TOOLS))
 	@$(if $(filter 1,$(WITH_CUDA)),:,echo "gpu-tools: no nvcc (or CUDA=0), skipped")
 
--include $(OBJS:.o=.d) $(TOOL_OBJS:.o=.d) $(TEST_BINS:=.d) $(CUDA_OBJS:.o=.d) $(GPU_TOOLS:=.d) $(BUILD)/quant_bench.d
+-include $(OBJS:.o=.d) $(TOOL_OBJS:.o=.d) $(COMMON_OBJS:.o=.d) $(TEST_BINS:=.d) $(CUDA_OBJS:.o=.d) \
+    $(TOOL_CUDA_OBJS:.o=.d) $(GPU_TOOLS:=.d) $(BUILD)/quant_bench.d
 
 # --- install --------------------------------------------------------------------------------------------------------
 PC_LIBDIR := $(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))

@@ -18,7 +18,7 @@ Two baselines, each skipped with a message when this machine cannot run it (the 
   output needs no copy: its first M rows are a view). blockfp8's cublaslt backend pays that padding inside its call,
   so it is the like-for-like record there.
 
-Timing mirrors bfp8_cuda_time (src/backends/cuda/cuda_runtime.c), the method of `blockfp8 bench`: --warmup untimed
+Timing mirrors cli_cuda_time (tools/cuda_timer.c), the method of `blockfp8 bench`: --warmup untimed
 calls, then before each of --iters timed calls the L2 is flushed by reading (clean, bench's default) or writing
 (dirty) twice its size, the GPU spins ~100 us so that the Python launch is enqueued before the start event, CUDA
 events around the call; the median. Each cell's output is checked against an fp32 product of the dequantized
@@ -50,7 +50,7 @@ def round_up(x, m):
 
 
 class Timer:
-    """bfp8_cuda_time's method: warmup, then per timed call: flush (read or write 2x the L2), a ~100 us GPU spin,
+    """cli_cuda_time's method: warmup, then per timed call: flush (read or write 2x the L2), a ~100 us GPU spin,
     event, call, event; the median in microseconds."""
 
     def __init__(self, l2):

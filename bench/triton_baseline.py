@@ -128,7 +128,7 @@ def launch(cfg, a, sa, w, sw, y):
 
 
 class Timer:
-    """bfp8_cuda_time's method: flush (write or read 2x the L2), event, call, event; median of iters."""
+    """cli_cuda_time's method: flush (write or read 2x the L2), event, call, event; median of iters."""
 
     def __init__(self, l2):
         props = torch.cuda.get_device_properties(0)

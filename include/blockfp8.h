@@ -4,12 +4,20 @@
  * Activations are quantized in 1x128 groups along K, weights in 128x128 blocks; each group carries one fp32
  * or power-of-two (UE8M0) scale. The GEMM accumulates every 128-deep K block in fp32, multiplies it by the two
  * scales ("promotion") and rounds once to the output dtype. Several backends implement it; a dispatcher picks one
- * per call from capabilities declared as data and never falls back silently. Numerics: DESIGN.md section 3.
+ * per call from capabilities declared as data and never falls back silently. Numerics: docs/numerics.md; dispatch:
+ * docs/dispatch.md. Backend authors (and tests with mock backends) also include blockfp8_backend.h.
  *
  * Conventions: every function that can fail returns a bfp8_status; on failure bfp8_last_error() holds a message
  * for the calling thread. Library code never exits or aborts. Sizes are int64_t and checked for overflow.
  * Matrices are row-major and contiguous: A (activations) is [M, K], B (the weight) is [N, K], Y is [M, N].
  * Each of M, N, K is at most 2^62. Enums outside their range are refused, never read as another value.
+ *
+ * Names: everything is bfp8_*; indexed access is <noun>_at (bfp8_dispatcher_at, bfp8_scales_at); every CUDA
+ * function is bfp8_cuda_*. Parameters: the object a function acts on first (the dispatcher, the weight, the
+ * descriptor bfp8_scales_init fills), then the inputs, then the outputs (where results are returned: a new object,
+ * a descriptor, a count, the quantizers' codes and scales), a buffer's size right after the buffer; a CUDA stream,
+ * where there is one, comes last, as in CUDA's own calls. The copies bfp8_cuda_upload/download take the
+ * destination first, as memcpy does.
  *
  * Aliasing: inputs may share memory with one another; an output may share no byte with an input or another output
  * of the same call, and a call given such pointers fails with BFP8_ERR_INVALID_ARGUMENT before it writes: the
@@ -30,15 +38,17 @@
 extern "C" {
 #endif
 
-/* Everything declared in this header is the public API, and nothing else is exported from libblockfp8.so: the
- * library is compiled with -fvisibility=hidden, and this pragma (gcc, clang, nvcc) gives every declaration up to
- * the matching pop default visibility, so a new function here is exported without further marking. */
+/* Everything declared in the headers of include/ is the public API, and nothing else is exported from
+ * libblockfp8.so: the library is compiled with -fvisibility=hidden, and this pragma (gcc, clang, nvcc), in each
+ * public header, gives every declaration up to the matching pop default visibility, so a new function is exported
+ * without further marking (tests/check-exports.sh holds the exports to the declarations). */
 #if defined(__GNUC__)
 #pragma GCC visibility push(default)
 #endif
 
-/* 0.2.0: bfp8_problem gained act_from_prior_kernel, so its size changed: rebuild programs built against 0.1.0.
- * 0.3.0: bfp8_problem, bfp8_caps and bfp8_backend gained their grouped (MoE) fields: rebuild against 0.2.0. */
+/* 0.3.0: the backend interface moved to blockfp8_backend.h, bfp8_cuda_time left the library for the CLI, names
+ * and parameter orders follow the conventions above (docs/api-0.3-renames.md maps every change), and bfp8_problem,
+ * bfp8_caps and bfp8_backend gained their grouped (MoE) fields: update and rebuild programs written for 0.2. */
 #define BFP8_VERSION "0.3.0"
 #define BFP8_BLOCK 128 /* group width along K, and the weight block edge */
 
@@ -61,7 +71,7 @@ const char *bfp8_status_name(bfp8_status status);
 const char *bfp8_last_error(void);
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Element types and scalar conversions (DESIGN section 3)
+ * Element types and scalar conversions (docs/numerics.md)
  * ------------------------------------------------------------------------------------------------------------- */
 typedef enum bfp8_dtype {
     BFP8_DTYPE_F32 = 0,
@@ -129,7 +139,10 @@ size_t bfp8_scales_bytes(bfp8_scale_layout layout, int64_t rows, int64_t kblocks
 bfp8_status bfp8_scales_init(bfp8_scales *s, bfp8_scale_format format, bfp8_scale_layout layout, int64_t rows,
                              int64_t kblocks, void *data);
 /* Host access to one scale as fp32, whatever the layout. No argument checks: for loops over valid indices. */
-float bfp8_scales_get(const bfp8_scales *s, int64_t row, int64_t kblock);
+float bfp8_scales_at(const bfp8_scales *s, int64_t row, int64_t kblock);
+/* The BFP8_BIT(layout) set of layouts scales of `format` can be stored in: all but PACKED_UE8M0, which holds UE8M0
+ * only (0 for an unknown format). */
+uint32_t bfp8_scale_layouts_for(bfp8_scale_format format);
 /* Converts host scales between layouts (and fp32 -> ue8m0 formats is refused: requantize the data instead).
  * dst must be initialized with the wanted layout, the same rows/kblocks, and room for its bytes. */
 bfp8_status bfp8_scales_convert(const bfp8_scales *src, bfp8_scales *dst);
@@ -153,7 +166,7 @@ bfp8_status bfp8_requantize_weight_ue8m0(const uint8_t *q, int64_t n, int64_t k,
                                          uint8_t *q_out, bfp8_scales *scales_out);
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Devices, problems and backends
+ * Devices, problems and GEMM calls
  * ------------------------------------------------------------------------------------------------------------- */
 typedef enum bfp8_device {
     BFP8_DEVICE_CPU = 0,
@@ -199,28 +212,6 @@ typedef struct bfp8_problem {
     int64_t expected_m; /* the caller's hint of the rows per group that carry data (never a limit) */
 } bfp8_problem;
 
-/* Capabilities, declared as data. A zero field means "no limit" where noted. */
-typedef struct bfp8_caps {
-    bfp8_device device;
-    int min_arch, max_arch;   /* CUDA only; 0 = no limit */
-    uint32_t out_dtypes;      /* BFP8_BIT(dtype) set */
-    uint32_t scale_formats;   /* BFP8_BIT(format) set */
-    uint32_t a_layouts;       /* scale layouts consumed, BFP8_BIT(layout) set */
-    uint32_t b_layouts;
-    uint32_t bias_dtypes;     /* 0 = no bias support */
-    int64_t min_k;            /* 0 = none */
-    int64_t m_multiple;       /* 0 or 1 = any */
-    bool pads_m;              /* M that is not a multiple of m_multiple is padded internally */
-    int64_t n_multiple, k_multiple;
-    int64_t max_m, max_n, max_k; /* 0 = none */
-    int priority;             /* auto picks the capable backend with the highest priority */
-    /* Grouped GEMM: BFP8_BIT(bfp8_grouped_layout) set of the layouts it runs (0: dense only; needs the backend's
-     * grouped_gemm entry), and the most groups it takes (0 = no limit). Every other field applies to grouped
-     * problems too, with M as bfp8_problem says. */
-    uint32_t grouped_layouts;
-    int64_t max_groups;
-} bfp8_caps;
-
 /* Overflow: on finite inputs a block's partial times its two scales, or the running total, can exceed fp32. The
  * `cpu` backend recomputes each output element whose fp32 result is inf or NaN exactly as `ref` does (in double),
  * so the two agree there byte for byte (e.g. 0 where +X and -X cancel, inf where the exact value exceeds the output
@@ -245,31 +236,11 @@ typedef struct bfp8_gemm_args {
 } bfp8_gemm_args;
 
 typedef struct bfp8_grouped_gemm_args bfp8_grouped_gemm_args; /* section "Grouped GEMM" */
+/* A GEMM backend: its name, capabilities and hooks. The definition is in blockfp8_backend.h. */
 typedef struct bfp8_backend bfp8_backend;
-struct bfp8_backend {
-    const char *name;
-    const char *summary;
-    bfp8_caps caps;
-    /* Optional: a further condition beyond `caps`. Returns true, or false with a reason written to `reason`. */
-    bool (*supports)(const bfp8_backend *self, const bfp8_problem *p, char *reason, size_t reason_size);
-    /* Runs the GEMM. Called only for problems the backend accepted; args are already validated. */
-    bfp8_status (*gemm)(const bfp8_backend *self, const bfp8_gemm_args *args);
-    void *ctx; /* backend-owned */
-    /* Optional: the priority `auto` gives this backend for `p`, where measurement shows that the fastest backend
-     * depends on the shape (a kernel that wins only at small M, say). NULL: caps.priority. Only orders capable
-     * backends; it never makes a backend capable. */
-    int (*priority_for)(const bfp8_backend *self, const bfp8_problem *p);
-    /* Optional: runs a grouped GEMM (layouts in caps.grouped_layouts). NULL: the backend declares no grouped
-     * layouts, and grouped problems are declined with "no grouped GEMM". Called only for accepted problems with
-     * validated args (on host data, m_indices and masked_m already checked: see bfp8_grouped_gemm). */
-    bfp8_status (*grouped_gemm)(const bfp8_backend *self, const bfp8_grouped_gemm_args *args);
-};
-
-/* Whether `b` can run `p`; on "no", a human-readable reason. Pure. */
-bool bfp8_backend_check(const bfp8_backend *b, const bfp8_problem *p, char *reason, size_t reason_size);
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Dispatch (DESIGN section 4)
+ * Dispatch (docs/dispatch.md)
  * ------------------------------------------------------------------------------------------------------------- */
 typedef enum bfp8_policy {
     BFP8_POLICY_AUTO = 0, /* best capable backend on the data's device */
@@ -286,29 +257,19 @@ typedef struct bfp8_decision {
     char reason[BFP8_REASON_MAX];  /* why the preferred one was not chosen (or why nothing was) */
 } bfp8_decision;
 
-/* The pure selection function: the same inputs always give the same decision, and nothing is recorded. */
-bfp8_status bfp8_select(const bfp8_backend *const *backends, size_t count, const bfp8_problem *p,
-                        bfp8_policy policy, const char *preferred_name, bfp8_decision *out);
-
 /* A dispatcher: a registry of backends, a policy and thread-safe statistics. Add backends before the first call;
  * after that, calls, policy changes and statistics may come from any threads at once. */
 typedef struct bfp8_dispatcher bfp8_dispatcher;
 
-/* An empty dispatcher (tests add mock backends to it). */
-bfp8_status bfp8_dispatcher_create(bfp8_dispatcher **out);
 /* A dispatcher holding every built-in backend available on this machine, policy from BFP8_BACKEND (prefer). */
 bfp8_status bfp8_dispatcher_create_default(bfp8_dispatcher **out);
 /* The process-wide default dispatcher (created on first use; thread-safe). Never free it. */
 bfp8_dispatcher *bfp8_dispatcher_default(void);
 void bfp8_dispatcher_free(bfp8_dispatcher *d);
 
-/* The backend is borrowed: it must outlive the dispatcher. Names must be unique. */
-bfp8_status bfp8_dispatcher_add(bfp8_dispatcher *d, const bfp8_backend *backend);
-/* Records a backend that is built in but cannot be used here, with why (shown by explain). */
-bfp8_status bfp8_dispatcher_add_unavailable(bfp8_dispatcher *d, const char *name, const char *why);
 bfp8_status bfp8_dispatcher_set_policy(bfp8_dispatcher *d, bfp8_policy policy, const char *backend_name);
 size_t bfp8_dispatcher_count(const bfp8_dispatcher *d);
-const bfp8_backend *bfp8_dispatcher_get(const bfp8_dispatcher *d, size_t index);
+const bfp8_backend *bfp8_dispatcher_at(const bfp8_dispatcher *d, size_t index);
 const bfp8_backend *bfp8_dispatcher_find(const bfp8_dispatcher *d, const char *name);
 size_t bfp8_dispatcher_unavailable_count(const bfp8_dispatcher *d);
 bfp8_status bfp8_dispatcher_unavailable_at(const bfp8_dispatcher *d, size_t index, const char **name,
@@ -371,11 +332,12 @@ typedef struct bfp8_weight_info {
 
 /* Copies q [n, k] and its scales (any layout) into a new weight held in host memory. Scales declared UE8M0 must
  * be exact powers of two in [2^-126, 2^127] (an error names the first that is not). */
-bfp8_status bfp8_weight_create(bfp8_weight **out, const uint8_t *q, int64_t n, int64_t k,
-                               const bfp8_scales *scales);
-/* Quantizes w [n, k] (f32, bf16 or f16) into a new weight. */
-bfp8_status bfp8_weight_quantize(bfp8_weight **out, const void *w, bfp8_dtype w_dtype, int64_t n, int64_t k,
-                                 bfp8_scale_format format, int64_t *nonfinite);
+bfp8_status bfp8_weight_create(const uint8_t *q, int64_t n, int64_t k, const bfp8_scales *scales,
+                               bfp8_weight **out);
+/* Quantizes w [n, k] (f32, bf16 or f16) into a new weight; non-finite inputs are counted as by
+ * bfp8_quantize_weight. */
+bfp8_status bfp8_weight_quantize(const void *w, bfp8_dtype w_dtype, int64_t n, int64_t k, bfp8_scale_format format,
+                                 bfp8_weight **out, int64_t *nonfinite);
 /* Makes what the named backend consumes (scale layouts; device residency for CUDA backends) and keeps
  * everything already held, so that a fallback still finds its form. NULL backend_name prepares for every
  * backend of the dispatcher. */
@@ -400,8 +362,13 @@ typedef struct bfp8_linear_args {
 
 /* The problem a linear call poses: activations are quantized in the call, so every layout of the weight's scale
  * format is on offer for them (and on CUDA they come from the kernel before the GEMM: act_from_prior_kernel); the
- * weight offers the layouts it holds on args->device. */
+ * weight offers the layouts it holds on args->device. Validates args as bfp8_linear does. */
 bfp8_status bfp8_problem_from_linear(const bfp8_weight *w, const bfp8_linear_args *args, bfp8_problem *out);
+/* The same rule for a layer described rather than held (no data: what `blockfp8 explain` poses): a weight of
+ * w->n x w->k with w->scale_format scales in the layouts w->host_layouts or w->device_layouts (by `device`), m
+ * tokens, output y_dtype, a bias of bias_dtype when has_bias. The arch is the current CUDA device's on cuda. */
+bfp8_status bfp8_problem_for_linear(const bfp8_weight_info *w, bfp8_device device, int64_t m, bfp8_dtype y_dtype,
+                                    bool has_bias, bfp8_dtype bias_dtype, bfp8_problem *out);
 /* y = dequant(quant(x)) @ dequant(w)^T + bias: x quantized in 1x128 groups with the weight's scale format, the
  * GEMM through the dispatcher (d = NULL: default). The equivalent of SGLang's apply_w8a8_block_fp8_linear. */
 bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_linear_args *args);
@@ -601,26 +568,16 @@ bfp8_status bfp8_grouped_weight_load_experts(const bfp8_safetensors *const *file
  * BFP8_ERR_UNSUPPORTED with the reason; bfp8_cuda_available() says which.
  * ------------------------------------------------------------------------------------------------------------- */
 bool bfp8_cuda_available(char *why, size_t why_size);
-bfp8_status bfp8_cuda_malloc(void **ptr, size_t bytes);
+/* The current CUDA device's compute capability x10 (90 = sm_90); 0 without CUDA or a device. */
+int bfp8_cuda_arch(void);
+bfp8_status bfp8_cuda_malloc(size_t bytes, void **ptr);
 bfp8_status bfp8_cuda_free(void *ptr);
 bfp8_status bfp8_cuda_upload(void *device_dst, const void *host_src, size_t bytes);
 bfp8_status bfp8_cuda_download(void *host_dst, const void *device_src, size_t bytes);
 bfp8_status bfp8_cuda_synchronize(void *stream);
-/* What bfp8_cuda_time does to the L2 cache before each timed call. */
-typedef enum bfp8_l2_flush {
-    BFP8_L2_KEEP = 0,  /* nothing: the call may find its operands in the L2 */
-    BFP8_L2_CLEAN = 1, /* read a buffer of twice the L2's size: no operand cached, no dirty line left to write back */
-    BFP8_L2_DIRTY = 2, /* write such a buffer: no operand cached, but the L2 full of dirty lines, which the timed
-                          call pays to write back as it evicts them (a flush by writing, e.g. PyTorch's zero_()) */
-} bfp8_l2_flush;
-/* Times fn(ctx) with CUDA events on `stream`: `warmup` untimed calls, then `iters` timed calls, each preceded by
- * the `flush` and a ~100 us GPU spin (BFP8_CUDA_TIME_HOLD_CYCLES clock cycles, default 200000; 0: none), so that
- * enqueueing a call never shows in its time. times_us[i] receives each call's time in microseconds. */
-bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bfp8_l2_flush flush,
-                           void *stream, double *times_us);
 /* Same contract and bytes as bfp8_quantize_act, with x, q and scales->data in device memory. nonfinite, if not
  * NULL, is a device int64 that the kernel adds the count of non-finite inputs to. */
-bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
+bfp8_status bfp8_cuda_quantize_act(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
                                    bfp8_scales *scales, int64_t *nonfinite, void *stream);
 
 /* ---------------------------------------------------------------------------------------------------------------

@@ -364,7 +364,7 @@ static bfp8_status ck_weight_from(const char *name, const bfp8_tensor *q, const 
     bfp8_scales scales;
     float *owned;
     BFP8_TRY(bfp8_weight_parts(name, q, scale_name, s, opt, &n, &k, &scales, &owned));
-    bfp8_status st = bfp8_weight_create(out, q->data, n, k, &scales);
+    bfp8_status st = bfp8_weight_create(q->data, n, k, &scales, out);
     free(owned);
     return st;
 }
@@ -405,7 +405,7 @@ bfp8_status bfp8_weight_load_ex(const bfp8_safetensors *f, const char *name, con
     bfp8_scales scales;
     float *owned;
     BFP8_TRY(bfp8_weight_tensors(f, name, options, &q, &n, &k, &scales, &owned));
-    bfp8_status st = bfp8_weight_create(out, q, n, k, &scales);
+    bfp8_status st = bfp8_weight_create(q, n, k, &scales, out);
     free(owned);
     return st;
 }

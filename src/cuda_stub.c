@@ -13,7 +13,7 @@ bool bfp8_cuda_available(char *why, size_t why_size) {
     return false;
 }
 
-bfp8_status bfp8_cuda_malloc(void **ptr, size_t bytes) {
+bfp8_status bfp8_cuda_malloc(size_t bytes, void **ptr) {
     (void)bytes;
     if (ptr) *ptr = NULL;
     return no_cuda("bfp8_cuda_malloc");
@@ -34,17 +34,12 @@ bfp8_status bfp8_cuda_synchronize(void *stream) {
     (void)stream;
     return no_cuda("bfp8_cuda_synchronize");
 }
-bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bfp8_l2_flush flush,
-                           void *stream, double *times_us) {
-    (void)fn, (void)ctx, (void)warmup, (void)iters, (void)flush, (void)stream, (void)times_us;
-    return no_cuda("bfp8_cuda_time");
-}
-bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
+bfp8_status bfp8_cuda_quantize_act(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
                                    bfp8_scales *scales, int64_t *nonfinite, void *stream) {
     (void)x, (void)x_dtype, (void)m, (void)k, (void)q, (void)scales, (void)nonfinite, (void)stream;
-    return no_cuda("bfp8_quantize_act_cuda");
+    return no_cuda("bfp8_cuda_quantize_act");
 }
-bfp8_status bfp8_cuda_malloc_async(void **ptr, size_t bytes, void *stream) {
+bfp8_status bfp8_cuda_malloc_async(size_t bytes, void **ptr, void *stream) {
     (void)bytes, (void)stream;
     if (ptr) *ptr = NULL;
     return no_cuda("bfp8_cuda_malloc_async");
@@ -54,7 +49,7 @@ bfp8_status bfp8_cuda_free_async(void *ptr, void *stream) {
     return no_cuda("bfp8_cuda_free_async");
 }
 
-int bfp8_cuda_current_arch(void) { return 0; }
+int bfp8_cuda_arch(void) { return 0; }
 int bfp8_cuda_current_device(void) { return -1; }
 bool bfp8_cuda_stream_capturing(void *stream) {
     (void)stream;

@@ -447,7 +447,7 @@ bfp8_status bfp8_dispatcher_set_policy(bfp8_dispatcher *d, bfp8_policy policy, c
 
 size_t bfp8_dispatcher_count(const bfp8_dispatcher *d) { return d ? d->count : 0; }
 
-const bfp8_backend *bfp8_dispatcher_get(const bfp8_dispatcher *d, size_t index) {
+const bfp8_backend *bfp8_dispatcher_at(const bfp8_dispatcher *d, size_t index) {
     return d && index < d->count ? d->backends[index] : NULL;
 }
 
@@ -599,7 +599,7 @@ int64_t *bfp8_dispatch_cuda_counters(bfp8_dispatcher *d, void *stream) {
         if (!c && !bfp8_cuda_stream_capturing(stream)) {
             static const int64_t zero[2];
             void *mem = NULL;
-            if (bfp8_cuda_malloc(&mem, sizeof zero) == BFP8_OK) {
+            if (bfp8_cuda_malloc(sizeof zero, &mem) == BFP8_OK) {
                 if (bfp8_cuda_upload(mem, zero, sizeof zero) == BFP8_OK)
                     c = d->cuda_counters[dev] = mem;
                 else

@@ -3,13 +3,6 @@
 
 #include <inttypes.h>
 
-uint32_t bfp8_layouts_for_format(bfp8_scale_format format) {
-    uint32_t set = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR) | BFP8_BIT(BFP8_LAYOUT_MN_MAJOR) |
-                   BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED);
-    if (format == BFP8_SCALE_UE8M0) set |= BFP8_BIT(BFP8_LAYOUT_PACKED_UE8M0);
-    return set;
-}
-
 bfp8_scale_layout bfp8_first_layout(uint32_t set) {
     for (int l = 0; l < BFP8_LAYOUT_COUNT; l++)
         if (set & BFP8_BIT(l)) return (bfp8_scale_layout)l;
@@ -19,6 +12,18 @@ bfp8_scale_layout bfp8_first_layout(uint32_t set) {
 bfp8_scale_layout bfp8_act_layout(uint32_t set) {
     if (set & BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED)) return BFP8_LAYOUT_MN_MAJOR_ALIGNED;
     return bfp8_first_layout(set);
+}
+
+bfp8_status bfp8_backend_layouts(const bfp8_backend *b, const bfp8_problem *p, bfp8_scale_layout *a_layout,
+                                 bfp8_scale_layout *b_layout) {
+    BFP8_CHECK_ARG(b && p && a_layout && b_layout, "backend_layouts: NULL argument");
+    const uint32_t a_set = b->caps.a_layouts & p->a_layouts, b_set = b->caps.b_layouts & p->b_layouts;
+    if (!a_set || !b_set)
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "backend '%s' consumes none of the %s-scale layouts on offer",
+                         b->name ? b->name : "?", a_set ? "weight" : "activation");
+    *a_layout = bfp8_act_layout(a_set);
+    *b_layout = bfp8_first_layout(b_set);
+    return BFP8_OK;
 }
 
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args) {
@@ -66,7 +71,7 @@ bfp8_status bfp8_problem_from_gemm(const bfp8_gemm_args *args, bfp8_problem *out
     BFP8_TRY(bfp8_check_gemm_args(args));
     *out = (bfp8_problem){
         .device = args->device,
-        .arch = args->device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0,
+        .arch = args->device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
         .m = args->m,
         .n = args->n,
         .k = args->k,

@@ -95,7 +95,7 @@ bfp8_status bfp8_problem_from_grouped_gemm(const bfp8_grouped_gemm_args *args, b
     const bool masked = args->layout == BFP8_GROUPED_MASKED;
     *out = (bfp8_problem){
         .device = args->device,
-        .arch = args->device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0,
+        .arch = args->device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
         .m = args->m,
         .n = args->n,
         .k = args->k,
@@ -184,7 +184,7 @@ static bfp8_status run_group(group_job *j, int64_t g) {
     }
     for (int64_t i = 0; i < mg; i++) {
         const int64_t r = masked ? i : rows[i]; /* masked: row i of the group's own matrix */
-        for (int64_t kb = 0; kb < kblocks; kb++) sa[i * kblocks + kb] = bfp8_scales_get(&sa_src, r, kb);
+        for (int64_t kb = 0; kb < kblocks; kb++) sa[i * kblocks + kb] = bfp8_scales_at(&sa_src, r, kb);
         if (!one_run) memcpy(a_gather + i * a->k, a->a + r * a->k, (size_t)a->k);
     }
     bfp8_gemm_args dg = {

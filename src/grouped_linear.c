@@ -51,7 +51,7 @@ static bfp8_status linear_problem(const bfp8_grouped_weight *w, const bfp8_group
     BFP8_TRY(bfp8_scales_init(&g.b_scales, wi->scale_format, BFP8_LAYOUT_ROW_MAJOR, bfp8_ceil_div(wi->n, BFP8_BLOCK),
                               kblocks, (void *)stand_in));
     BFP8_TRY(bfp8_problem_from_grouped_gemm(&g, out));
-    out->a_layouts = bfp8_layouts_for_format(wi->scale_format);
+    out->a_layouts = bfp8_scale_layouts_for(wi->scale_format);
     out->b_layouts = args->device == BFP8_DEVICE_CUDA ? wi->device_layouts : wi->host_layouts;
     return BFP8_OK;
 }
@@ -130,8 +130,8 @@ bfp8_status bfp8_grouped_linear(bfp8_dispatcher *d, const bfp8_grouped_weight *w
     float *row_major = NULL; /* host, when the backend wants another layout */
     bfp8_status st = BFP8_OK;
     if (on_cuda) {
-        st = bfp8_cuda_malloc_async((void **)&q, q_bytes ? q_bytes : 1, args->stream);
-        if (st == BFP8_OK) st = bfp8_cuda_malloc_async(&s, s_bytes ? s_bytes : 1, args->stream);
+        st = bfp8_cuda_malloc_async(q_bytes ? q_bytes : 1, (void **)&q, args->stream);
+        if (st == BFP8_OK) st = bfp8_cuda_malloc_async(s_bytes ? s_bytes : 1, &s, args->stream);
     } else {
         q = malloc(q_bytes ? q_bytes : 1);
         s = calloc(1, s_bytes ? s_bytes : 1);
@@ -151,7 +151,7 @@ bfp8_status bfp8_grouped_linear(bfp8_dispatcher *d, const bfp8_grouped_weight *w
             bfp8_scales si;
             st = bfp8_scales_init(&si, wi.scale_format, layout, per, kblocks, (char *)s + (size_t)i * one);
             if (st == BFP8_OK)
-                st = bfp8_quantize_act_cuda((const char *)args->x + (size_t)(i * per * wi.k) * bfp8_dtype_size(args->x_dtype),
+                st = bfp8_cuda_quantize_act((const char *)args->x + (size_t)(i * per * wi.k) * bfp8_dtype_size(args->x_dtype),
                                             args->x_dtype, per, wi.k, q + i * per * wi.k, &si, counters, args->stream);
         }
     } else if (st == BFP8_OK) {

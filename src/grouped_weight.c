@@ -151,7 +151,7 @@ static bfp8_status hold_device_layout(bfp8_grouped_weight *w, bfp8_scale_layout 
     const size_t q_bytes = (size_t)(w->groups * w->n * w->k);
     if (!w->q_device) {
         void *q_dev;
-        BFP8_TRY(bfp8_cuda_malloc(&q_dev, q_bytes ? q_bytes : 1));
+        BFP8_TRY(bfp8_cuda_malloc(q_bytes ? q_bytes : 1, &q_dev));
         bfp8_status st = bfp8_cuda_upload(q_dev, w->q_host, q_bytes);
         if (st != BFP8_OK) {
             bfp8_cuda_free(q_dev);
@@ -161,7 +161,7 @@ static bfp8_status hold_device_layout(bfp8_grouped_weight *w, bfp8_scale_layout 
     }
     const size_t bytes = all_scale_bytes(w, layout);
     void *s_dev;
-    BFP8_TRY(bfp8_cuda_malloc(&s_dev, bytes ? bytes : 1));
+    BFP8_TRY(bfp8_cuda_malloc(bytes ? bytes : 1, &s_dev));
     bfp8_status st = bfp8_cuda_upload(s_dev, w->host_scales[layout].data, bytes);
     if (st != BFP8_OK) {
         bfp8_cuda_free(s_dev);
@@ -176,7 +176,7 @@ static bfp8_status hold_device_layout(bfp8_grouped_weight *w, bfp8_scale_layout 
  * is left alone (dispatch then says why). */
 static bfp8_status prepare_for(bfp8_grouped_weight *w, const bfp8_backend *b) {
     if (!b->grouped_gemm || !b->caps.grouped_layouts) return BFP8_OK;
-    const uint32_t usable = b->caps.b_layouts & bfp8_layouts_for_format(w->format);
+    const uint32_t usable = b->caps.b_layouts & bfp8_scale_layouts_for(w->format);
     if (!usable) return BFP8_OK;
     const bool on_device = b->caps.device == BFP8_DEVICE_CUDA;
     const bfp8_scales *held = on_device ? w->device_scales : w->host_scales;
@@ -195,7 +195,7 @@ bfp8_status bfp8_grouped_weight_prepare(bfp8_grouped_weight *w, bfp8_dispatcher 
         if (!b) return bfp8_fail(BFP8_ERR_NOT_FOUND, "grouped_weight_prepare: no backend named '%s'", backend_name);
         return prepare_for(w, b);
     }
-    for (size_t i = 0; i < bfp8_dispatcher_count(d); i++) BFP8_TRY(prepare_for(w, bfp8_dispatcher_get(d, i)));
+    for (size_t i = 0; i < bfp8_dispatcher_count(d); i++) BFP8_TRY(prepare_for(w, bfp8_dispatcher_at(d, i)));
     return BFP8_OK;
 }
 

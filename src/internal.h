@@ -3,6 +3,7 @@
 #define BFP8_INTERNAL_H
 
 #include "blockfp8.h"
+#include "blockfp8_backend.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -74,9 +75,9 @@ bfp8_status bfp8_check_matrix(const char *what, int64_t rows, int64_t cols, size
 
 /* Validates a scale descriptor against the shape it must have. */
 bfp8_status bfp8_check_scales(const char *what, const bfp8_scales *s, int64_t rows, int64_t kblocks);
-/* Host write of one scale through any layout (the inverse of bfp8_scales_get); no argument checks. PACKED_UE8M0
+/* Host write of one scale through any layout (the inverse of bfp8_scales_at); no argument checks. PACKED_UE8M0
  * stores bfp8_ue8m0_ceil(value), so pass exact powers of two. Padding is not touched: see bfp8_scales_clear. */
-void bfp8_scales_set(bfp8_scales *s, int64_t row, int64_t kblock, float value);
+void bfp8_scales_set_at(bfp8_scales *s, int64_t row, int64_t kblock, float value);
 /* Zeroes the whole host buffer of a valid descriptor (padding words/bytes must be zero). */
 void bfp8_scales_clear(bfp8_scales *s);
 
@@ -133,12 +134,9 @@ double bfp8_ref_element(const bfp8_gemm_args *a, int64_t m, int64_t n);
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args);
 /* Runs a validated GEMM on the decided backend; an empty output (M or N = 0) returns at once. */
 bfp8_status bfp8_run_gemm(const bfp8_backend *b, const bfp8_gemm_args *args);
-/* Layouts a scale format can be stored in (packed only for UE8M0). */
-uint32_t bfp8_layouts_for_format(bfp8_scale_format format);
-/* The lowest-numbered layout of a set (sets are never empty where this is used). */
+/* The rules of bfp8_backend_layouts, over one non-empty set: the lowest-numbered layout (weights), and for
+ * activations mn_major_aligned when the set has it, else the lowest-numbered. */
 bfp8_scale_layout bfp8_first_layout(uint32_t set);
-/* The layout activation scales are produced in, of those a backend takes: mn_major_aligned when offered (what the
- * GPU kernels load with TMA), else the first offered. */
 bfp8_scale_layout bfp8_act_layout(uint32_t set);
 
 /* CPU threads (src/threads.c). Runs fn(ctx, task, thread) for task in [0, ntasks) on at most max_threads threads
@@ -171,8 +169,6 @@ extern const bfp8_backend bfp8_backend_ref;
 extern const bfp8_backend bfp8_backend_cpu;
 /* Adds the CUDA backends (or records why they are unavailable). Defined in the CUDA glue or its stub. */
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d);
-/* CUDA arch of the current device x10, or 0. */
-int bfp8_cuda_current_arch(void);
 /* The current CUDA device's ordinal, or -1 (no CUDA). */
 int bfp8_cuda_current_device(void);
 /* Whether `stream` is capturing a CUDA graph (where allocations and synchronous copies are not allowed). */
@@ -181,7 +177,7 @@ bool bfp8_cuda_stream_capturing(void *stream);
  * kernel on `stream`; nothing waits for it. */
 bfp8_status bfp8_cuda_count_nonfinite(const void *x, bfp8_dtype dtype, int64_t n, int64_t *counter, void *stream);
 /* Stream-ordered device scratch (cudaMallocAsync), for per-call buffers such as quantized activations. */
-bfp8_status bfp8_cuda_malloc_async(void **ptr, size_t bytes, void *stream);
+bfp8_status bfp8_cuda_malloc_async(size_t bytes, void **ptr, void *stream);
 bfp8_status bfp8_cuda_free_async(void *ptr, void *stream);
 
 /* The validated parts of a DeepSeek-format weight (NAME, NAME_scale_inv; checkpoint.c): q [n, k] borrowed from the

@@ -64,7 +64,7 @@ static const float *source_span(const quant_source *src, int64_t k, int64_t row,
     switch (src->dtype) {
     case BFP8_DTYPE_F32: return (const float *)src->x + base;
     case BFP8_DTYPE_E4M3: {
-        float s = bfp8_scales_get(src->dq, row / BFP8_BLOCK, col0 / BFP8_BLOCK);
+        float s = bfp8_scales_at(src->dq, row / BFP8_BLOCK, col0 / BFP8_BLOCK);
         const uint8_t *q = (const uint8_t *)src->x + base;
         for (int64_t i = 0; i < n; i++) buf[i] = bfp8_e4m3_to_f32(q[i]) * s;
         return buf;
@@ -106,7 +106,7 @@ static int64_t quantize_row_groups(const quant_job *job, int64_t g0, int64_t g1)
                 amax = fmaxf(amax, src->avx2 ? bfp8_quant_span_amax_avx2(x, n, &bad) : span_amax(x, n, &bad));
             }
             float s = bfp8_group_scale(amax, job->scales->format);
-            bfp8_scales_set(job->scales, g, kb, s);
+            bfp8_scales_set_at(job->scales, g, kb, s);
             for (int64_t r = r0; r < r1; r++) {
                 const float *x = source_span(src, k, r, c0, n, buf);
                 if (src->avx2)
@@ -212,7 +212,7 @@ bfp8_status bfp8_dequantize(const uint8_t *q, int64_t rows, int64_t k, const bfp
                    "bfp8_dequantize: out overlaps the scales");
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t c0 = 0; c0 < k; c0 += BFP8_BLOCK) {
-            float s = bfp8_scales_get(scales, r / block_rows, c0 / BFP8_BLOCK);
+            float s = bfp8_scales_at(scales, r / block_rows, c0 / BFP8_BLOCK);
             int64_t n = k - c0 < BFP8_BLOCK ? k - c0 : BFP8_BLOCK;
             for (int64_t i = 0; i < n; i++) out[r * k + c0 + i] = bfp8_e4m3_to_f32(q[r * k + c0 + i]) * s;
         }

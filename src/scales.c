@@ -43,14 +43,22 @@ size_t bfp8_scales_bytes(bfp8_scale_layout layout, int64_t rows, int64_t kblocks
     return (size_t)bytes;
 }
 
+uint32_t bfp8_scale_layouts_for(bfp8_scale_format format) {
+    if (!format_valid(format)) return 0;
+    uint32_t set = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR) | BFP8_BIT(BFP8_LAYOUT_MN_MAJOR) |
+                   BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED);
+    if (format == BFP8_SCALE_UE8M0) set |= BFP8_BIT(BFP8_LAYOUT_PACKED_UE8M0);
+    return set;
+}
+
 /* Format, layout and size checks shared by init and check_scales (data is not looked at). */
 static bfp8_status check_combination(const char *what, bfp8_scale_format format, bfp8_scale_layout layout,
                                      int64_t rows, int64_t kblocks, size_t *bytes) {
     int64_t elems, total;
     BFP8_CHECK_ARG(format_valid(format), "%s: unknown scale format %d", what, (int)format);
     BFP8_CHECK_ARG(layout_valid(layout), "%s: unknown scale layout %d", what, (int)layout);
-    BFP8_CHECK_ARG(layout != BFP8_LAYOUT_PACKED_UE8M0 || format == BFP8_SCALE_UE8M0,
-                   "%s: layout packed_ue8m0 holds only ue8m0 scales, not %s", what, bfp8_scale_format_name(format));
+    BFP8_CHECK_ARG(bfp8_scale_layouts_for(format) & BFP8_BIT(layout), "%s: layout %s holds only ue8m0 scales, not %s",
+                   what, bfp8_scale_layout_name(layout), bfp8_scale_format_name(format));
     BFP8_CHECK_ARG(rows >= 0 && kblocks >= 0, "%s: negative scale shape [%lld, %lld]", what, (long long)rows,
                    (long long)kblocks);
     BFP8_CHECK_ARG(layout_elems(layout, rows, kblocks, &elems) && bfp8_mul_ok(elems, 4, &total) &&
@@ -94,7 +102,7 @@ static int64_t scale_index(const bfp8_scales *s, int64_t row, int64_t kblock) {
     }
 }
 
-float bfp8_scales_get(const bfp8_scales *s, int64_t row, int64_t kblock) {
+float bfp8_scales_at(const bfp8_scales *s, int64_t row, int64_t kblock) {
     int64_t i = scale_index(s, row, kblock);
     if (s->layout == BFP8_LAYOUT_PACKED_UE8M0) {
         uint32_t word = ((const uint32_t *)s->data)[i];
@@ -103,7 +111,7 @@ float bfp8_scales_get(const bfp8_scales *s, int64_t row, int64_t kblock) {
     return ((const float *)s->data)[i];
 }
 
-void bfp8_scales_set(bfp8_scales *s, int64_t row, int64_t kblock, float value) {
+void bfp8_scales_set_at(bfp8_scales *s, int64_t row, int64_t kblock, float value) {
     int64_t i = scale_index(s, row, kblock);
     if (s->layout == BFP8_LAYOUT_PACKED_UE8M0) {
         uint32_t *word = &((uint32_t *)s->data)[i];
@@ -127,10 +135,10 @@ static bool is_packable_power_of_two(float v) {
 
 bfp8_status bfp8_check_ue8m0_scales(const char *what, const bfp8_scales *s) {
     if (s->format != BFP8_SCALE_UE8M0) return BFP8_OK;
-    /* Through bfp8_scales_get, so packed exponents are checked too (byte 255 reads as NaN, byte 0 as 2^-127). */
+    /* Through bfp8_scales_at, so packed exponents are checked too (byte 255 reads as NaN, byte 0 as 2^-127). */
     for (int64_t r = 0; r < s->rows; r++)
         for (int64_t kb = 0; kb < s->kblocks; kb++) {
-            float v = bfp8_scales_get(s, r, kb);
+            float v = bfp8_scales_at(s, r, kb);
             BFP8_CHECK_ARG(is_packable_power_of_two(v),
                            "%s: scale (%lld, %lld) = %g is declared ue8m0 but is not a power of two in "
                            "[2^-126, 2^127]",
@@ -142,7 +150,7 @@ bfp8_status bfp8_check_ue8m0_scales(const char *what, const bfp8_scales *s) {
 int64_t bfp8_count_nonfinite_scales(const bfp8_scales *s) {
     int64_t bad = 0;
     for (int64_t r = 0; r < s->rows; r++)
-        for (int64_t kb = 0; kb < s->kblocks; kb++) bad += !isfinite(bfp8_scales_get(s, r, kb));
+        for (int64_t kb = 0; kb < s->kblocks; kb++) bad += !isfinite(bfp8_scales_at(s, r, kb));
     return bad;
 }
 
@@ -166,7 +174,7 @@ bfp8_status bfp8_scales_convert(const bfp8_scales *src, bfp8_scales *dst) {
         /* Check everything first so that a refusal leaves dst untouched. */
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t kb = 0; kb < kblocks; kb++) {
-                float v = bfp8_scales_get(src, r, kb);
+                float v = bfp8_scales_at(src, r, kb);
                 BFP8_CHECK_ARG(is_packable_power_of_two(v),
                                "bfp8_scales_convert: scale (%lld, %lld) = %g is not a power of two in "
                                "[2^-126, 2^127], so it has no packed ue8m0 form",
@@ -177,6 +185,6 @@ bfp8_status bfp8_scales_convert(const bfp8_scales *src, bfp8_scales *dst) {
     if (dst->layout == BFP8_LAYOUT_PACKED_UE8M0 || dst->layout == BFP8_LAYOUT_MN_MAJOR_ALIGNED)
         bfp8_scales_clear(dst); /* padding is zero */
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t kb = 0; kb < kblocks; kb++) bfp8_scales_set(dst, r, kb, bfp8_scales_get(src, r, kb));
+        for (int64_t kb = 0; kb < kblocks; kb++) bfp8_scales_set_at(dst, r, kb, bfp8_scales_at(src, r, kb));
     return BFP8_OK;
 }

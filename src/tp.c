@@ -102,16 +102,16 @@ bfp8_status bfp8_weight_shard(const uint8_t *q, const bfp8_scales *scales, const
         for (int64_t i = 0; i < slice; i++)
             if (s->k) memcpy(ql + (s->lead + i) * s->k, q + (s->begin + i) * s->k, (size_t)s->k);
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t kb = 0; kb < kblocks; kb++) sl[r * kblocks + kb] = bfp8_scales_get(scales, s->block_begin + r, kb);
+            for (int64_t kb = 0; kb < kblocks; kb++) sl[r * kblocks + kb] = bfp8_scales_at(scales, s->block_begin + r, kb);
     } else {
         for (int64_t r = 0; r < s->n; r++)
             if (slice) memcpy(ql + r * s->k_local + s->lead, q + r * s->k + s->begin, (size_t)slice);
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t kb = 0; kb < kblocks; kb++) sl[r * kblocks + kb] = bfp8_scales_get(scales, r, s->block_begin + kb);
+            for (int64_t kb = 0; kb < kblocks; kb++) sl[r * kblocks + kb] = bfp8_scales_at(scales, r, s->block_begin + kb);
     }
     bfp8_scales local;
     bfp8_status st = bfp8_scales_init(&local, scales->format, BFP8_LAYOUT_ROW_MAJOR, rows, kblocks, sl);
-    if (st == BFP8_OK) st = bfp8_weight_create(out, ql, s->n_local, s->k_local, &local);
+    if (st == BFP8_OK) st = bfp8_weight_create(ql, s->n_local, s->k_local, &local, out);
     free(ql);
     free(sl);
     return st;
@@ -139,8 +139,8 @@ static bfp8_status pad_columns(const bfp8_linear_args *a, const bfp8_shard *s, v
     size_t es = bfp8_dtype_size(a->x_dtype);
     size_t src_pitch = (size_t)(s->end - s->begin) * es, dst_pitch = (size_t)s->k_local * es;
     if (a->device == BFP8_DEVICE_CUDA) {
-        BFP8_TRY(bfp8_tp_cuda_memset(padded, (size_t)a->m * dst_pitch, a->stream));
-        return bfp8_tp_cuda_copy_2d((char *)padded + (size_t)s->lead * es, dst_pitch, a->x, src_pitch, src_pitch,
+        BFP8_TRY(bfp8_cuda_tp_memset(padded, (size_t)a->m * dst_pitch, a->stream));
+        return bfp8_cuda_tp_copy_2d((char *)padded + (size_t)s->lead * es, dst_pitch, a->x, src_pitch, src_pitch,
                                     (size_t)a->m, a->stream);
     }
     memset(padded, 0, (size_t)a->m * dst_pitch);
@@ -180,7 +180,7 @@ bfp8_status bfp8_tp_linear_local(bfp8_dispatcher *d, const bfp8_weight *w, const
     BFP8_TRY(bfp8_check_matrix("tp_linear_local: padded x", args->m, s->k_local, bfp8_dtype_size(args->x_dtype), &bytes));
     BFP8_CHECK_ARG(args->x, "tp_linear_local: x is NULL");
     void *padded = NULL;
-    if (args->device == BFP8_DEVICE_CUDA) BFP8_TRY(bfp8_cuda_malloc_async(&padded, bytes, args->stream));
+    if (args->device == BFP8_DEVICE_CUDA) BFP8_TRY(bfp8_cuda_malloc_async(bytes, &padded, args->stream));
     else if (!(padded = malloc(bytes)))
         return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "tp_linear_local: cannot allocate %zu bytes", bytes);
     bfp8_status st = pad_columns(args, s, padded);
@@ -192,11 +192,11 @@ bfp8_status bfp8_tp_linear_local(bfp8_dispatcher *d, const bfp8_weight *w, const
 }
 
 #ifndef BFP8_WITH_CUDA
-bfp8_status bfp8_tp_cuda_memset(void *dst, size_t bytes, void *stream) {
+bfp8_status bfp8_cuda_tp_memset(void *dst, size_t bytes, void *stream) {
     (void)dst, (void)bytes, (void)stream;
     return bfp8_fail(BFP8_ERR_UNSUPPORTED, "tensor parallel on cuda: built without CUDA");
 }
-bfp8_status bfp8_tp_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+bfp8_status bfp8_cuda_tp_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
                                  size_t height, void *stream) {
     (void)dst, (void)dst_pitch, (void)src, (void)src_pitch, (void)width, (void)height, (void)stream;
     return bfp8_fail(BFP8_ERR_UNSUPPORTED, "tensor parallel on cuda: built without CUDA");

@@ -5,8 +5,8 @@
 #include "blockfp8_tp.h"
 
 /* Stream-ordered device memset to zero and 2-D copy (device to device), for the padded slices and the gather. */
-bfp8_status bfp8_tp_cuda_memset(void *dst, size_t bytes, void *stream);
-bfp8_status bfp8_tp_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+bfp8_status bfp8_cuda_tp_memset(void *dst, size_t bytes, void *stream);
+bfp8_status bfp8_cuda_tp_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
                                  size_t height, void *stream);
 
 #ifdef __cplusplus

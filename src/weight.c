@@ -61,8 +61,8 @@ static bfp8_status hold_host_layout(bfp8_weight *w, bfp8_scale_layout layout) {
     return BFP8_OK;
 }
 
-bfp8_status bfp8_weight_create(bfp8_weight **out, const uint8_t *q, int64_t n, int64_t k,
-                               const bfp8_scales *scales) {
+bfp8_status bfp8_weight_create(const uint8_t *q, int64_t n, int64_t k, const bfp8_scales *scales,
+                               bfp8_weight **out) {
     BFP8_CHECK_ARG(out, "weight_create: out is NULL");
     *out = NULL;
     BFP8_CHECK_ARG(scales, "weight_create: scales is NULL");
@@ -95,8 +95,8 @@ bfp8_status bfp8_weight_create(bfp8_weight **out, const uint8_t *q, int64_t n, i
     return BFP8_OK;
 }
 
-bfp8_status bfp8_weight_quantize(bfp8_weight **out, const void *wdata, bfp8_dtype w_dtype, int64_t n, int64_t k,
-                                 bfp8_scale_format format, int64_t *nonfinite) {
+bfp8_status bfp8_weight_quantize(const void *wdata, bfp8_dtype w_dtype, int64_t n, int64_t k,
+                                 bfp8_scale_format format, bfp8_weight **out, int64_t *nonfinite) {
     BFP8_CHECK_ARG(out, "weight_quantize: out is NULL");
     *out = NULL;
     bfp8_weight *w;
@@ -128,7 +128,7 @@ static bfp8_status hold_device_layout(bfp8_weight *w, bfp8_scale_layout layout) 
     size_t q_bytes = (size_t)(w->n * w->k);
     if (!w->q_device) {
         void *q_dev;
-        BFP8_TRY(bfp8_cuda_malloc(&q_dev, q_bytes ? q_bytes : 1));
+        BFP8_TRY(bfp8_cuda_malloc(q_bytes ? q_bytes : 1, &q_dev));
         bfp8_status st = bfp8_cuda_upload(q_dev, w->q_host, q_bytes);
         if (st != BFP8_OK) {
             bfp8_cuda_free(q_dev);
@@ -139,7 +139,7 @@ static bfp8_status hold_device_layout(bfp8_weight *w, bfp8_scale_layout layout) 
     const bfp8_scales *hs = &w->host_scales[layout];
     size_t bytes = bfp8_scales_bytes(layout, hs->rows, hs->kblocks);
     void *s_dev;
-    BFP8_TRY(bfp8_cuda_malloc(&s_dev, bytes ? bytes : 1));
+    BFP8_TRY(bfp8_cuda_malloc(bytes ? bytes : 1, &s_dev));
     bfp8_status st = bfp8_cuda_upload(s_dev, hs->data, bytes);
     if (st != BFP8_OK) {
         bfp8_cuda_free(s_dev);
@@ -153,7 +153,7 @@ static bfp8_status hold_device_layout(bfp8_weight *w, bfp8_scale_layout layout) 
 /* Gives one backend a form it consumes: a layout in its caps, on its device. A backend whose only layouts
  * cannot hold this weight's format (packed needs UE8M0) is left unprepared; dispatch then says why. */
 static bfp8_status prepare_for(bfp8_weight *w, const bfp8_backend *b) {
-    uint32_t usable = b->caps.b_layouts & bfp8_layouts_for_format(w->format);
+    uint32_t usable = b->caps.b_layouts & bfp8_scale_layouts_for(w->format);
     if (!usable) return BFP8_OK;
     bool on_device = b->caps.device == BFP8_DEVICE_CUDA;
     const bfp8_scales *held = on_device ? w->device_scales : w->host_scales;
@@ -172,7 +172,7 @@ bfp8_status bfp8_weight_prepare(bfp8_weight *w, bfp8_dispatcher *d, const char *
         if (!b) return bfp8_fail(BFP8_ERR_NOT_FOUND, "weight_prepare: no backend named '%s'", backend_name);
         return prepare_for(w, b);
     }
-    for (size_t i = 0; i < bfp8_dispatcher_count(d); i++) BFP8_TRY(prepare_for(w, bfp8_dispatcher_get(d, i)));
+    for (size_t i = 0; i < bfp8_dispatcher_count(d); i++) BFP8_TRY(prepare_for(w, bfp8_dispatcher_at(d, i)));
     return BFP8_OK;
 }
 

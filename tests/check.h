@@ -1,8 +1,12 @@
-/* A minimal test harness: CHECK records a failure and continues; main() ends with TEST_SUMMARY(). */
+/* A minimal test harness: CHECK records a failure and continues; main() ends with TEST_SUMMARY(). The shared
+ * numerics, random data and buffers are tests/common/, linked into every test binary (and the CLI). */
 #ifndef BFP8_TEST_CHECK_H
 #define BFP8_TEST_CHECK_H
 
-#include "blockfp8.h"
+#include "blockfp8_backend.h" /* tests pin decisions with mock backends */
+#include "common/devbuf.h"
+#include "common/numerics.h"
+#include "common/rng.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -42,49 +46,43 @@ static int check_passed_, check_failed_;
 #define TEST_SUMMARY(name)                                                                                       \
     (printf("%s: %d passed, %d failed\n", (name), check_passed_, check_failed_), check_failed_ ? 1 : 0)
 
-/* xorshift64*: fresh data per run unless BFP8_TEST_SEED is set; the seed is printed so a failure replays. */
-static uint64_t test_rng_state_;
+/* Device buffers (tests/common/devbuf.h) whose failure is a failed check; NULL then. */
+static inline void *check_dev_upload(const void *host, size_t bytes) {
+    void *p = NULL;
+    CHECK_OK(test_dev_upload(host, bytes, &p));
+    return p;
+}
+static inline void *check_dev_filled(size_t bytes, uint8_t pattern) {
+    void *p = NULL;
+    CHECK_OK(test_dev_filled(bytes, pattern, &p));
+    return p;
+}
+
+/* The generator of tests/common/rng.h, one per test binary: fresh data per run unless BFP8_TEST_SEED is set; the
+ * seed is printed so that a failure replays. */
+static test_rng test_rng_;
 static inline uint64_t test_seed(void) {
     const char *env = getenv("BFP8_TEST_SEED");
     uint64_t seed = env ? strtoull(env, NULL, 0) : 0;
-    if (!seed) {
-        FILE *f = fopen("/dev/urandom", "rb");
-        if (!f || fread(&seed, sizeof seed, 1, f) != 1) seed = 0x9E3779B97F4A7C15ull;
-        if (f) fclose(f);
-    }
-    if (!seed) seed = 1;
-    test_rng_state_ = seed;
+    if (!seed) seed = test_seed_fresh();
+    test_rng_init(&test_rng_, seed);
     printf("seed: BFP8_TEST_SEED=0x%016llx\n", (unsigned long long)seed);
     return seed;
 }
-static inline uint64_t test_rand_u64(void) {
-    uint64_t x = test_rng_state_;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    test_rng_state_ = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
+static inline uint64_t test_rand_u64(void) { return test_rng_u64(&test_rng_); }
 /* Uniform in [-1, 1). */
-static inline float test_rand_f32(void) { return (float)((double)(test_rand_u64() >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
-/* DeepGEMM's calc_diff, 1 - 2*sum(x*y) / sum(x*x + y*y), of outputs x against the unquantized product y (DESIGN
- * section 3: under 1e-3). FP8 noise puts it near 6.5e-4 on these tests' data, so it is a statistic that needs many
- * outputs: the test data give rows magnitudes up to 64x apart, and over a 12 x 96 sample the statistic rests on a
- * few rows (it reached 1.02e-3 on one seed; a numpy simulation of the data gives a 95th percentile of 8.1e-4 for
- * 24 x 96 and 7.4e-4 for 64 x 256). Averaging it per row instead is no better: rows whose output cancels to near
- * zero reach 0.3-0.7 on their own while matching the quantized reference (seen on the H200). */
-typedef struct test_calc_diff {
-    double xy, xx_yy;
-} test_calc_diff;
-static inline void test_calc_diff_add(test_calc_diff *c, double got, double exact) {
-    c->xy += got * exact;
-    c->xx_yy += got * got + exact * exact;
-}
-static inline double test_calc_diff_value(const test_calc_diff *c) {
-    return c->xx_yy > 0 ? 1.0 - 2.0 * c->xy / c->xx_yy : 0.0;
-}
+static inline float test_rand_f32(void) { return test_rng_uniform(&test_rng_); }
+/* Roughly normal (sum of uniforms), scaled. */
+static inline float test_randn(float scale) { return test_rng_normal(&test_rng_, scale); }
 
-/* The calc_diff rule, checked so that it tests the backend and not the luck of the draw. Most of calc_diff is the
+/* calc_diff (tests/common/numerics.h) of outputs against the unquantized product: under 1e-3 (docs/numerics.md).
+ * FP8 noise puts it near 6.5e-4 on these tests' data, so it is a statistic that needs many outputs: the test data
+ * give rows magnitudes up to 64x apart, and over a 12 x 96 sample the statistic rests on a few rows (it reached
+ * 1.02e-3 on one seed; a numpy simulation of the data gives a 95th percentile of 8.1e-4 for 24 x 96 and 7.4e-4 for
+ * 64 x 256). Averaging it per row instead is no better: rows whose output cancels to near zero reach 0.3-0.7 on
+ * their own while matching the quantized reference (seen on the H200).
+ *
+ * The calc_diff rule, checked so that it tests the backend and not the luck of the draw. Most of calc_diff is the
  * FP8 quantization noise of the random inputs: one H200 draw (UE8M0 scales, four K blocks) gave 1.05e-3 while the
  * output matched the exact product of the quantized inputs to bf16 rounding. So each case compares the output's
  * calc_diff with that exact product's (`ref`): the output may add at most 1e-4 (its own rounding adds about 1e-6;
@@ -104,13 +102,6 @@ static inline void test_calc_diff_mean_check(const char *suite) {
     const double mean = calc_diff_sum_ / calc_diff_cases_;
     CHECK(mean < 1e-3, "%s: mean calc_diff over %d cases %.3g >= 1e-3", suite, calc_diff_cases_, mean);
     printf("%s: mean calc_diff vs unquantized over %d cases: %.3g\n", suite, calc_diff_cases_, mean);
-}
-
-/* Roughly normal (sum of uniforms), scaled. */
-static inline float test_randn(float scale) {
-    float s = 0;
-    for (int i = 0; i < 4; i++) s += test_rand_f32();
-    return s * 0.866f * scale;
 }
 
 #endif

@@ -82,7 +82,7 @@ int main(void) {
     for (int i = 0; i < N * K; i++) w[i] = (float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
     for (int i = 0; i < M * N; i++) y[i] = NAN;
     bfp8_weight *wt = NULL;
-    bfp8_status st = bfp8_weight_quantize(&wt, w, BFP8_DTYPE_F32, N, K, BFP8_SCALE_FP32, NULL);
+    bfp8_status st = bfp8_weight_quantize(w, BFP8_DTYPE_F32, N, K, BFP8_SCALE_FP32, &wt, NULL);
     bfp8_linear_args a = {.x = x, .x_dtype = BFP8_DTYPE_F32, .m = M, .y = y, .y_dtype = BFP8_DTYPE_F32,
                           .device = BFP8_DEVICE_CPU};
     if (st == BFP8_OK) st = bfp8_linear(NULL, wt, &a);
@@ -119,6 +119,53 @@ if $cc -std=c11 -o "$tmp/prog_shared" "$tmp/prog.c" $flags -lm >"$tmp/log" 2>&1;
     check "the shared program runs" env LD_LIBRARY_PATH="$lib" "$tmp/prog_shared"
 else
     fail "compile against the shared library: $cc prog.c $flags"
+fi
+
+# A backend author's program: blockfp8_backend.h, a mock backend in an empty dispatcher, one GEMM through it.
+cat >"$tmp/backend.c" <<'EOF'
+#include <blockfp8_backend.h>
+#include <stdio.h>
+
+static int calls;
+static bfp8_status mock_gemm(const bfp8_backend *self, const bfp8_gemm_args *args) {
+    (void)self, (void)args;
+    calls++;
+    return BFP8_OK;
+}
+
+int main(void) {
+    static const bfp8_backend mock = {
+        .name = "mock",
+        .caps = {.device = BFP8_DEVICE_CPU, .out_dtypes = BFP8_BIT(BFP8_DTYPE_F32),
+                 .scale_formats = BFP8_BIT(BFP8_SCALE_FP32), .a_layouts = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR),
+                 .b_layouts = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR)},
+        .gemm = mock_gemm,
+    };
+    static unsigned char a[2 * 128], b[3 * 128];
+    static float sa[2] = {1, 1}, sb[1] = {1}, y[2 * 3];
+    bfp8_dispatcher *d = NULL;
+    bfp8_gemm_args g = {.m = 2, .n = 3, .k = 128, .a = a, .b = b, .y = y, .y_dtype = BFP8_DTYPE_F32,
+                        .device = BFP8_DEVICE_CPU};
+    bfp8_status st = bfp8_dispatcher_create(&d);
+    if (st == BFP8_OK) st = bfp8_dispatcher_add(d, &mock);
+    if (st == BFP8_OK) st = bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 2, 1, sa);
+    if (st == BFP8_OK) st = bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, sb);
+    if (st == BFP8_OK) st = bfp8_gemm(d, &g);
+    bfp8_dispatcher_free(d);
+    if (st != BFP8_OK || calls != 1) {
+        fprintf(stderr, "%s (%d calls): %s\n", bfp8_status_name(st), calls, bfp8_last_error());
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}
+EOF
+# shellcheck disable=SC2086
+if $cc -std=c11 -Wall -Werror -o "$tmp/backend" "$tmp/backend.c" $flags >"$tmp/log" 2>&1; then
+    pass
+    check "a mock backend through blockfp8_backend.h runs" env LD_LIBRARY_PATH="$lib" "$tmp/backend"
+else
+    fail "compile a backend against the installed blockfp8_backend.h: $cc backend.c $flags"
 fi
 
 # Static: libblockfp8.a and Libs.private. PKG_CONFIG_SYSROOT_DIR would put the DESTDIR before the CUDA -L path

@@ -175,7 +175,7 @@ int main(void) {
     g_b[7] = 0x7F; /* one NaN code in the weight: counted per linear call from any thread */
     bfp8_scales sb;
     CHECK_OK(bfp8_scales_init(&sb, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, KB, g_sb));
-    CHECK_OK(bfp8_weight_create(&g_w, g_b, N, K, &sb));
+    CHECK_OK(bfp8_weight_create(g_b, N, K, &sb, &g_w));
     g_b[7] = 0x30;
     CHECK_OK(bfp8_dispatcher_create_default(&g_d));
     CHECK_OK(bfp8_dispatcher_add(g_d, &spy_fast));

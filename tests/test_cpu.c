@@ -8,18 +8,6 @@
 
 static const bfp8_dtype out_dtypes[] = {BFP8_DTYPE_F32, BFP8_DTYPE_BF16, BFP8_DTYPE_F16};
 
-static double tolerance(bfp8_dtype dt) {
-    return dt == BFP8_DTYPE_BF16 ? 8e-3 : dt == BFP8_DTYPE_F16 ? 1e-3 : 1e-5;
-}
-
-static float out_f32(const void *y, bfp8_dtype dt, int64_t i) {
-    switch (dt) {
-    case BFP8_DTYPE_BF16: return bfp8_bf16_to_f32(((const uint16_t *)y)[i]);
-    case BFP8_DTYPE_F16: return bfp8_f16_to_f32(((const uint16_t *)y)[i]);
-    default: return ((const float *)y)[i];
-    }
-}
-
 /* A quantized problem with its exact (double) answers. */
 typedef struct problem {
     int64_t m, n, k, kb;
@@ -72,7 +60,7 @@ static void problem_make_ex(problem *p, int64_t m, int64_t n, int64_t k, bfp8_sc
             if (p->bias_dtype == BFP8_DTYPE_F32) ((float *)p->bias)[j] = v;
             else if (p->bias_dtype == BFP8_DTYPE_BF16) ((uint16_t *)p->bias)[j] = bfp8_bf16_from_f32(v);
             else ((uint16_t *)p->bias)[j] = bfp8_f16_from_f32(v);
-            p->bias_f[j] = out_f32(p->bias, p->bias_dtype, j);
+            p->bias_f[j] = test_load_f32(p->bias, p->bias_dtype, j);
         }
     } else {
         for (int64_t j = 0; j < n; j++) p->bias_f[j] = 0.0f;
@@ -124,23 +112,22 @@ static bool run_cpu(const problem *p, void *y, bfp8_dtype dt, const char *isa, i
     return st == BFP8_OK;
 }
 
+/* The relative Frobenius error of an output against a double answer; *nonfinite counts its inf and NaN outputs. */
 static double rel_err(const void *y, bfp8_dtype dt, const double *ref, int64_t count, int64_t *nonfinite) {
-    double num = 0, den = 0;
+    test_frobenius f = {0};
     *nonfinite = 0;
     for (int64_t i = 0; i < count; i++) {
-        float v = out_f32(y, dt, i);
+        float v = test_load_f32(y, dt, i);
         if (!isfinite(v)) (*nonfinite)++;
-        num += (v - ref[i]) * (v - ref[i]);
-        den += ref[i] * ref[i];
+        test_frobenius_add(&f, v, ref[i]);
     }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    return test_frobenius_value(&f);
 }
 
-static double calc_diff(const void *y, bfp8_dtype dt, const double *ref, int64_t m, int64_t n) {
+/* calc_diff of an output against a double answer. */
+static double calc_diff(const void *y, bfp8_dtype dt, const double *ref, int64_t count) {
     test_calc_diff c = {0};
-    for (int64_t i = 0; i < m; i++) {
-        for (int64_t j = 0; j < n; j++) test_calc_diff_add(&c, out_f32(y, dt, i * n + j), ref[i * n + j]);
-    }
+    for (int64_t i = 0; i < count; i++) test_calc_diff_add(&c, test_load_f32(y, dt, i), ref[i]);
     return test_calc_diff_value(&c);
 }
 
@@ -160,6 +147,7 @@ static void check_case(int64_t m, int64_t n, int64_t k, bfp8_dtype dt, bfp8_scal
     CHECK_OK(bfp8_backend_ref.gemm(&bfp8_backend_ref, &g));
     /* The output rounding alone costs the reference this much; on tiny outputs (one fp16 value near the subnormal
      * range) it can pass the matrix tolerance by itself, so a backend may exceed the exact answer by tol + this. */
+    const double tol = test_tolerance(dt, BFP8_DEVICE_CPU);
     int64_t ref_nonfinite;
     double ref_err = rel_err(yref, dt, p.exact_q, m * n, &ref_nonfinite);
     /* calc_diff of the exact product of the quantized inputs: the part of calc_diff no backend can avoid. */
@@ -177,21 +165,19 @@ static void check_case(int64_t m, int64_t n, int64_t k, bfp8_dtype dt, bfp8_scal
                 double e = rel_err(y, dt, p.exact_q, m * n, &nonfinite);
                 CHECK(nonfinite == 0, "%s %s path %d threads %d: %lld outputs not finite (unwritten?)", label,
                       isas[ii], path, threads, (long long)nonfinite);
-                CHECK(e <= tolerance(dt) + ref_err, "%s %s path %d: rel error %.3g vs exact > %.3g + %.3g (ref)",
-                      label, isas[ii], path, e, tolerance(dt), ref_err);
+                CHECK(e <= tol + ref_err, "%s %s path %d: rel error %.3g vs exact > %.3g + %.3g (ref)", label,
+                      isas[ii], path, e, tol, ref_err);
                 /* Against the reference backend's output (itself within one rounding of exact). */
-                double num = 0, den = 0;
-                for (int64_t i = 0; i < m * n; i++) {
-                    double r = out_f32(yref, dt, i), v = out_f32(y, dt, i);
-                    num += (v - r) * (v - r), den += r * r;
-                }
-                double eref = den > 0 ? sqrt(num / den) : sqrt(num);
-                CHECK(eref <= tolerance(dt), "%s %s path %d: rel error %.3g vs ref", label, isas[ii], path, eref);
+                test_frobenius fref = {0};
+                for (int64_t i = 0; i < m * n; i++)
+                    test_frobenius_add(&fref, test_load_f32(y, dt, i), test_load_f32(yref, dt, i));
+                double eref = test_frobenius_value(&fref);
+                CHECK(eref <= tol, "%s %s path %d: rel error %.3g vs ref", label, isas[ii], path, eref);
                 /* calc_diff is an average: it needs enough outputs and terms to be stable (tests/check.h). */
                 if (!varied && k >= 256 && m * n >= 1000) {
                     char where[200];
                     snprintf(where, sizeof where, "%s %s path %d", label, isas[ii], path);
-                    test_calc_diff_check(calc_diff(y, dt, p.exact_raw, m, n), exact_calc_diff, where);
+                    test_calc_diff_check(calc_diff(y, dt, p.exact_raw, m * n), exact_calc_diff, where);
                 }
                 if (!have_first) {
                     memcpy(first, y, bytes - 1);
@@ -340,7 +326,7 @@ static void test_output_range(void) {
             for (int i = 0; i < 24 * 32; i++) {
                 uint16_t want = dt == BFP8_DTYPE_BF16 ? bfp8_bf16_from_f32(yf[i]) : bfp8_f16_from_f32(yf[i]);
                 mismatch += y16[i] != want || y16p[i] != want;
-                float v = out_f32(y16, dt, i);
+                float v = test_load_f32(y16, dt, i);
                 kinds[isinf(v) ? 0 : (v != 0 && fabsf(v) < 6.1e-5f) ? 1 : 2]++;
             }
             CHECK(mismatch == 0, "%s output range: %d outputs differ from the scalar rounding", bfp8_dtype_name(dt),

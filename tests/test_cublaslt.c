@@ -49,22 +49,7 @@ static double out_value(const void *y, bfp8_dtype dt, int64_t i) {
     }
 }
 
-/* ---- device helpers ---------------------------------------------------------------------------------------- */
-
-static void *dev_upload(const void *host, size_t bytes) {
-    void *p = NULL;
-    CHECK_OK(bfp8_cuda_malloc(&p, bytes ? bytes : 1));
-    if (p && bytes) CHECK_OK(bfp8_cuda_upload(p, host, bytes));
-    return p;
-}
-
-static void *dev_filled(size_t bytes, uint8_t pattern) {
-    uint8_t *h = malloc(bytes ? bytes : 1);
-    memset(h, pattern, bytes ? bytes : 1);
-    void *p = dev_upload(h, bytes ? bytes : 1);
-    free(h);
-    return p;
-}
+/* ---- helpers ------------------------------------------------------------------------------------------------ */
 
 /* BFP8_TEST_SMALL=1: a few cases of each kind. */
 static bool small_run(void) {
@@ -108,7 +93,6 @@ typedef struct lt_data {
     bfp8_gemm_args args;
 } lt_data;
 
-static double tolerance(bfp8_dtype out) { return out == BFP8_DTYPE_BF16 ? 8e-3 : out == BFP8_DTYPE_F16 ? 1e-3 : 2.5e-4; }
 
 static void fill_act(float *x, int64_t count) {
     /* Magnitudes vary per 128-group so that scales span many binades; 2^-8..2^3 keeps fp16 outputs finite. */
@@ -184,12 +168,12 @@ static bool data_make(lt_data *t, lt_case c) {
     CHECK_OK(bfp8_scales_convert(&as, &as2));
     t->y_bytes = (size_t)(m * n) * bfp8_dtype_size(c.out);
     t->guard_bytes = (size_t)(4 * n) * bfp8_dtype_size(c.out) + 256;
-    t->da = dev_upload(t->qa, (size_t)(m * k));
-    t->db = dev_upload(t->qb, (size_t)(n * k));
-    t->dsa = dev_upload(sa2, sab);
-    t->dsb = dev_upload(t->sb, sizeof(float) * (size_t)(nb * kb));
-    t->dbias = t->bias ? dev_upload(t->bias, bfp8_dtype_size((bfp8_dtype)c.bias) * (size_t)n) : NULL;
-    t->dy = dev_filled(t->y_bytes + t->guard_bytes, 0xFF);
+    t->da = check_dev_upload(t->qa, (size_t)(m * k));
+    t->db = check_dev_upload(t->qb, (size_t)(n * k));
+    t->dsa = check_dev_upload(sa2, sab);
+    t->dsb = check_dev_upload(t->sb, sizeof(float) * (size_t)(nb * kb));
+    t->dbias = t->bias ? check_dev_upload(t->bias, bfp8_dtype_size((bfp8_dtype)c.bias) * (size_t)n) : NULL;
+    t->dy = check_dev_filled(t->y_bytes + t->guard_bytes, 0xFF);
     free(sa2);
     t->args = (bfp8_gemm_args){.m = m, .n = n, .k = k, .a = t->da, .b = t->db, .bias = t->dbias,
                                .bias_dtype = c.bias >= 0 ? (bfp8_dtype)c.bias : BFP8_DTYPE_F32, .y = t->dy,
@@ -279,7 +263,7 @@ static void data_verify(bfp8_dispatcher *d, lt_data *t, const uint8_t *y, bool g
         while (nrows < 24) rows[nrows++] = (int64_t)(test_rand_u64() % (uint64_t)m);
     }
     float *yr = malloc(sizeof(float) * (size_t)n);
-    double err2 = 0, ref2 = 0;
+    test_frobenius fro = {0};
     int64_t ref_off = 0;
     test_calc_diff cd = {0}, cd_ref = {0};
     for (int64_t ri = 0; ri < nrows; ri++) {
@@ -293,8 +277,7 @@ static void data_verify(bfp8_dispatcher *d, lt_data *t, const uint8_t *y, bool g
         for (int64_t j = 0; j < n; j++) {
             const double ref = yr[j], want = t->y64[row * n + j], got = out_value(y, c->out, row * n + j);
             if (!(fabs(ref - want) <= 1.2e-7 * fabs(want) + 1e-12 * t->mag[row * n + j] + 1e-37)) ref_off++;
-            err2 += (got - ref) * (got - ref);
-            ref2 += ref * ref;
+            test_frobenius_add(&fro, got, ref);
             double exact = t->bias ? out_value(t->bias, (bfp8_dtype)c->bias, j) : 0.0;
             for (int64_t q = 0; q < k; q++) exact += (double)t->x[row * k + q] * (double)t->w[j * k + q];
             test_calc_diff_add(&cd, got, exact);
@@ -304,12 +287,9 @@ static void data_verify(bfp8_dispatcher *d, lt_data *t, const uint8_t *y, bool g
     free(yr);
     CHECK(ref_off == 0, "%s: the reference backend differs from the fp64 product in %" PRId64 " outputs", label,
           ref_off);
-    /* Outputs below the dtype's smallest normal count as that size (as in test_cuda). */
-    const double floor_v = c->out == BFP8_DTYPE_F16 ? 6.103515625e-05 : 1.17549435e-38;
-    const double floor2 = (double)(nrows * n) * floor_v * floor_v;
-    const double rel = sqrt(err2 / (ref2 > floor2 ? ref2 : floor2));
-    CHECK(rel <= tolerance(c->out), "%s %s: relative Frobenius error %.3g against the reference > %.3g", label, how,
-          rel, tolerance(c->out));
+    const double rel = test_frobenius_value_normal(&fro, c->out);
+    const double tol = test_tolerance(c->out, BFP8_DEVICE_CUDA);
+    CHECK(rel <= tol, "%s %s: relative Frobenius error %.3g against the reference > %.3g", label, how, rel, tol);
     if (k >= 256 && nrows * n >= 1024) test_calc_diff_check(test_calc_diff_value(&cd), test_calc_diff_value(&cd_ref), label);
     if (getenv("BFP8_TEST_VERBOSE")) printf("  %-80s %s rel=%.2e\n", label, how, rel);
 }
@@ -332,7 +312,7 @@ static bfp8_status data_run(bfp8_dispatcher *d, lt_data *t, void *stream) {
 static const bfp8_backend *cublaslt(bfp8_dispatcher *d) { return bfp8_dispatcher_find(d, "cublaslt"); }
 
 static bfp8_problem problem_of(const lt_case *c) {
-    return (bfp8_problem){.device = BFP8_DEVICE_CUDA, .arch = bfp8_cuda_current_arch(), .m = c->m, .n = c->n,
+    return (bfp8_problem){.device = BFP8_DEVICE_CUDA, .arch = bfp8_cuda_arch(), .m = c->m, .n = c->n,
                           .k = c->k, .out_dtype = c->out, .scale_format = c->fmt,
                           .a_layouts = BFP8_BIT(c->a_layout), .b_layouts = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR),
                           .has_bias = c->bias >= 0,
@@ -532,7 +512,7 @@ static void check_linear(bfp8_dispatcher *d) {
     float *wf = malloc(sizeof(float) * (size_t)(n * k));
     for (int64_t i = 0; i < n * k; i++) wf[i] = test_randn(0.05f);
     bfp8_weight *w = NULL;
-    CHECK_OK(bfp8_weight_quantize(&w, wf, BFP8_DTYPE_F32, n, k, BFP8_SCALE_FP32, NULL));
+    CHECK_OK(bfp8_weight_quantize(wf, BFP8_DTYPE_F32, n, k, BFP8_SCALE_FP32, &w, NULL));
     if (!w) {
         free(wf);
         return;
@@ -549,9 +529,9 @@ static void check_linear(bfp8_dispatcher *d) {
         bfp8_scales as;
         CHECK_OK(bfp8_scales_init(&as, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, m, kb, sa));
         CHECK_OK(bfp8_quantize_act(x, BFP8_DTYPE_F32, m, k, qa, &as, NULL)); /* the GPU's bytes (test_cuda) */
-        void *dx = dev_upload(x, sizeof(float) * (size_t)(m * k));
+        void *dx = check_dev_upload(x, sizeof(float) * (size_t)(m * k));
         size_t yb = (size_t)(m * n) * 2;
-        void *dy = dev_filled(yb, 0xFF);
+        void *dy = check_dev_filled(yb, 0xFF);
         bfp8_linear_args la = {.x = dx, .x_dtype = BFP8_DTYPE_F32, .m = m, .y = dy, .y_dtype = BFP8_DTYPE_BF16,
                                .device = BFP8_DEVICE_CUDA};
         CHECK_OK(bfp8_dispatcher_set_policy(d, BFP8_POLICY_STRICT, "cublaslt"));
@@ -572,7 +552,7 @@ static void check_linear(bfp8_dispatcher *d) {
                         part += t;
                         part_mag += fabs(t);
                     }
-                    const double s = (double)sa[i * kb + b] * (double)bfp8_scales_get(&sb, j / BFP8_BLOCK, b);
+                    const double s = (double)sa[i * kb + b] * (double)bfp8_scales_at(&sb, j / BFP8_BLOCK, b);
                     want += s * part;
                     mag += fabs(s) * part_mag;
                 }
@@ -675,7 +655,7 @@ static void *thread_main(void *arg) {
             lt_data *t = &j->cases[i];
             void *y = NULL;
             bfp8_gemm_args g = t->args;
-            j->status = bfp8_cuda_malloc(&y, t->y_bytes);
+            j->status = bfp8_cuda_malloc(t->y_bytes, &y);
             g.y = y;
             g.stream = s;
             if (j->status == BFP8_OK) j->status = bfp8_gemm(j->d, &g);
@@ -765,9 +745,9 @@ int main(void) {
         printf("cublaslt: skipped: %s\n", why);
         return TEST_SUMMARY("cublaslt");
     }
-    if (bfp8_cuda_current_arch() != 90) {
+    if (bfp8_cuda_arch() != 90) {
         check_unusable(why, true);
-        printf("cublaslt: skipped: the device is sm_%d, the backend runs on sm_90 only\n", bfp8_cuda_current_arch());
+        printf("cublaslt: skipped: the device is sm_%d, the backend runs on sm_90 only\n", bfp8_cuda_arch());
         return TEST_SUMMARY("cublaslt");
     }
     bfp8_dispatcher *d = NULL;

@@ -18,7 +18,7 @@
 
 static void *dev_upload(const void *host, size_t bytes) {
     void *p = NULL;
-    CHECK_OK(bfp8_cuda_malloc(&p, bytes ? bytes : 1));
+    CHECK_OK(bfp8_cuda_malloc(bytes ? bytes : 1, &p));
     if (p && bytes) CHECK_OK(bfp8_cuda_upload(p, host, bytes));
     return p;
 }
@@ -328,7 +328,7 @@ static void test_equals_dense(bfp8_dispatcher *d) {
             dg.b_scales = dc.args.b_scales;
             dg.b_scales.data = (char *)dc.args.b_scales.data + g * bfp8_grouped_scale_stride(&dc.args.b_scales);
             void *ydev = NULL;
-            CHECK_OK(bfp8_cuda_malloc(&ydev, (size_t)cnt * row_bytes));
+            CHECK_OK(bfp8_cuda_malloc((size_t)cnt * row_bytes, &ydev));
             dg.y = ydev;
             CHECK_OK(bfp8_gemm(d, &dg));
             CHECK_OK(bfp8_cuda_synchronize(NULL));

@@ -336,9 +336,96 @@ static void test_log_once(void) {
     bfp8_dispatcher_free(d);
 }
 
+/* ---- the layouts a backend is handed ------------------------------------------------------------------------ */
+static bfp8_scale_layout spy_a_layout, spy_b_layout;
+static bfp8_status layout_spy_gemm(const bfp8_backend *self, const bfp8_gemm_args *a) {
+    spy_a_layout = a->a_scales.layout;
+    spy_b_layout = a->b_scales.layout;
+    return BFP8_OK;
+}
+
+static void test_layouts(void) {
+    /* Which layouts each format can be stored in, against what bfp8_scales_init accepts. */
+    const uint32_t all = BFP8_BIT(BFP8_LAYOUT_COUNT) - 1;
+    CHECK(bfp8_scale_layouts_for(BFP8_SCALE_UE8M0) == all, "ue8m0 layouts %#x",
+          bfp8_scale_layouts_for(BFP8_SCALE_UE8M0));
+    CHECK(bfp8_scale_layouts_for(BFP8_SCALE_FP32) == (all & ~BFP8_BIT(BFP8_LAYOUT_PACKED_UE8M0)), "fp32 layouts %#x",
+          bfp8_scale_layouts_for(BFP8_SCALE_FP32));
+    CHECK(bfp8_scale_layouts_for(BFP8_SCALE_FORMAT_COUNT) == 0 && bfp8_scale_layouts_for((bfp8_scale_format)-1) == 0,
+          "unknown formats have layouts");
+    for (int f = 0; f < BFP8_SCALE_FORMAT_COUNT; f++)
+        for (int l = 0; l < BFP8_LAYOUT_COUNT; l++) {
+            bfp8_scales s;
+            const bool ok = bfp8_scales_init(&s, (bfp8_scale_format)f, (bfp8_scale_layout)l, 4, 4, NULL) == BFP8_OK;
+            CHECK(ok == !!(bfp8_scale_layouts_for((bfp8_scale_format)f) & BFP8_BIT(l)), "format %d layout %d: init %d",
+                  f, l, ok);
+        }
+
+    /* Every pair of (consumed, offered) sets, exhaustively. */
+    for (uint32_t consumed = 0; consumed <= all; consumed++)
+        for (uint32_t offered = 0; offered <= all; offered++) {
+            const bfp8_backend b = {.name = "layouts", .caps = {.a_layouts = consumed, .b_layouts = consumed}};
+            const bfp8_problem p = {.a_layouts = offered, .b_layouts = offered};
+            bfp8_scale_layout la = BFP8_LAYOUT_COUNT, lb = BFP8_LAYOUT_COUNT;
+            const bfp8_status st = bfp8_backend_layouts(&b, &p, &la, &lb);
+            const uint32_t both = consumed & offered;
+            if (!both) {
+                CHECK(st == BFP8_ERR_UNSUPPORTED && bfp8_last_error()[0], "consumed %#x offered %#x: %s", consumed,
+                      offered, bfp8_status_name(st));
+                CHECK(la == BFP8_LAYOUT_COUNT && lb == BFP8_LAYOUT_COUNT, "outputs written on failure");
+                continue;
+            }
+            int lowest = 0;
+            while (!(both & BFP8_BIT(lowest))) lowest++;
+            const int want_a = (both & BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED)) ? BFP8_LAYOUT_MN_MAJOR_ALIGNED : lowest;
+            CHECK(st == BFP8_OK && (int)la == want_a && (int)lb == lowest,
+                  "consumed %#x offered %#x: a %d b %d, want a %d b %d", consumed, offered, (int)la, (int)lb, want_a,
+                  lowest);
+        }
+    CHECK_STATUS(bfp8_backend_layouts(NULL, NULL, NULL, NULL), BFP8_ERR_INVALID_ARGUMENT);
+
+    /* bfp8_linear hands the backend exactly those layouts (a spy records them). */
+    const bfp8_backend spy = {
+        .name = "spy",
+        .caps = {.device = BFP8_DEVICE_CPU, .out_dtypes = ALL_FLOAT_DTYPES, .scale_formats = BOTH_FORMATS,
+                 .a_layouts = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR) | BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED),
+                 .b_layouts = BFP8_BIT(BFP8_LAYOUT_MN_MAJOR) | BFP8_BIT(BFP8_LAYOUT_PACKED_UE8M0), .priority = 1},
+        .gemm = layout_spy_gemm,
+    };
+    enum { M = 3, N = 130, K = 300 };
+    bfp8_dispatcher *d = NULL;
+    CHECK_OK(bfp8_dispatcher_create(&d));
+    CHECK_OK(bfp8_dispatcher_add(d, &spy));
+    for (int f = 0; f < BFP8_SCALE_FORMAT_COUNT && d; f++) {
+        float *w = malloc(sizeof(float) * N * K), x[M * K], y[M * N];
+        for (int i = 0; i < N * K; i++) w[i] = test_randn(0.02f);
+        for (int i = 0; i < M * K; i++) x[i] = test_randn(1.0f);
+        bfp8_weight *wt = NULL;
+        CHECK_OK(bfp8_weight_quantize(w, BFP8_DTYPE_F32, N, K, (bfp8_scale_format)f, &wt, NULL));
+        CHECK_OK(bfp8_weight_prepare(wt, d, "spy"));
+        const bfp8_linear_args a = {.x = x, .x_dtype = BFP8_DTYPE_F32, .m = M, .y = y, .y_dtype = BFP8_DTYPE_F32,
+                                    .device = BFP8_DEVICE_CPU};
+        bfp8_problem p;
+        bfp8_scale_layout want_a = BFP8_LAYOUT_COUNT, want_b = BFP8_LAYOUT_COUNT;
+        CHECK_OK(bfp8_problem_from_linear(wt, &a, &p));
+        CHECK_OK(bfp8_backend_layouts(&spy, &p, &want_a, &want_b));
+        spy_a_layout = spy_b_layout = BFP8_LAYOUT_COUNT;
+        CHECK_OK(bfp8_linear(d, wt, &a));
+        CHECK(spy_a_layout == want_a && spy_b_layout == want_b, "%s: linear handed a %d b %d, want a %d b %d",
+              bfp8_scale_format_name((bfp8_scale_format)f), (int)spy_a_layout, (int)spy_b_layout, (int)want_a,
+              (int)want_b);
+        CHECK(want_a == BFP8_LAYOUT_MN_MAJOR_ALIGNED && want_b == BFP8_LAYOUT_MN_MAJOR, "want a %d b %d", (int)want_a,
+              (int)want_b);
+        bfp8_weight_free(wt);
+        free(w);
+    }
+    bfp8_dispatcher_free(d);
+}
+
 int main(void) {
     test_seed();
     test_seed_cases();
+    test_layouts();
     test_capability_boundaries();
     test_select_pure();
     test_registry();

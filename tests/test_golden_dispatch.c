@@ -39,7 +39,7 @@ static const int64_t DSR1_M[NUM_M] = {1, 16, 64, 128, 512, 4096};
  * call (the quantization kernel just before) or a plain GEMM. */
 static bfp8_problem cuda_problem(int arch, int64_t m, int64_t n, int64_t k, bfp8_dtype out, bool linear) {
     return (bfp8_problem){.device = BFP8_DEVICE_CUDA, .arch = arch, .m = m, .n = n, .k = k, .out_dtype = out,
-                          .scale_format = BFP8_SCALE_FP32, .a_layouts = bfp8_layouts_for_format(BFP8_SCALE_FP32),
+                          .scale_format = BFP8_SCALE_FP32, .a_layouts = bfp8_scale_layouts_for(BFP8_SCALE_FP32),
                           .b_layouts = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR), .act_from_prior_kernel = linear};
 }
 

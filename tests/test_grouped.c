@@ -673,7 +673,7 @@ static void test_grouped_weight(void) {
         /* Each group exactly what the dense quantizer gives on it. */
         for (int64_t g = 0; g < G; g++) {
             bfp8_weight *dw = NULL;
-            CHECK_OK(bfp8_weight_quantize(&dw, w + g * N * K, BFP8_DTYPE_F32, N, K, (bfp8_scale_format)f, NULL));
+            CHECK_OK(bfp8_weight_quantize(w + g * N * K, BFP8_DTYPE_F32, N, K, (bfp8_scale_format)f, &dw, NULL));
             const uint8_t *dq;
             bfp8_scales ds;
             CHECK_OK(bfp8_weight_view(dw, BFP8_DEVICE_CPU, BFP8_LAYOUT_ROW_MAJOR, &dq, &ds));
@@ -888,7 +888,7 @@ static void test_load_experts(void) {
                 bad += memcmp(q + (size_t)e * 2 * I * H + (size_t)I * H, up[e].q, (size_t)I * H) != 0;
                 for (int64_t r = 0; r < 2 * ib; r++)
                     for (int64_t c = 0; c < kb; c++)
-                        bad += bfp8_scales_get(&(bfp8_scales){.format = s.format, .layout = s.layout, .rows = s.rows,
+                        bad += bfp8_scales_at(&(bfp8_scales){.format = s.format, .layout = s.layout, .rows = s.rows,
                                                               .kblocks = s.kblocks,
                                                               .data = (char *)s.data + (size_t)e * bfp8_grouped_scale_stride(&s)},
                                                r, c) != (r < ib ? gate[e].s : up[e].s)[(r % ib) * kb + c];

@@ -4,35 +4,17 @@
 
 #include <unistd.h>
 
-/* ||y - ref|| / ||ref|| over n values. */
+/* The relative Frobenius error and calc_diff of fp32 outputs against double answers. */
 static double rel_frobenius(const float *y, const double *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)y[i] - ref[i];
-        num += d * d;
-        den += ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    test_frobenius f = {0};
+    for (int64_t i = 0; i < n; i++) test_frobenius_add(&f, y[i], ref[i]);
+    return test_frobenius_value(&f);
 }
 
-static double calc_diff(const float *y, const double *ref, int64_t m, int64_t n) {
+static double calc_diff(const float *y, const double *ref, int64_t n) {
     test_calc_diff c = {0};
-    for (int64_t i = 0; i < m; i++) {
-        for (int64_t j = 0; j < n; j++) test_calc_diff_add(&c, y[i * n + j], ref[i * n + j]);
-    }
+    for (int64_t i = 0; i < n; i++) test_calc_diff_add(&c, y[i], ref[i]);
     return test_calc_diff_value(&c);
-}
-
-static float output_to_f32(const void *y, bfp8_dtype dt, int64_t i) {
-    switch (dt) {
-    case BFP8_DTYPE_BF16: return bfp8_bf16_to_f32(((const uint16_t *)y)[i]);
-    case BFP8_DTYPE_F16: return bfp8_f16_to_f32(((const uint16_t *)y)[i]);
-    default: return ((const float *)y)[i];
-    }
-}
-
-static double tolerance(bfp8_dtype dt) {
-    return dt == BFP8_DTYPE_BF16 ? 8e-3 : dt == BFP8_DTYPE_F16 ? 1e-3 : 1e-5;
 }
 
 /* One linear call checked three ways. */
@@ -54,14 +36,13 @@ static void check_linear_case(bfp8_dispatcher *d, const char *label, int64_t m, 
         for (int64_t j = 0; j < k; j++) w[i * k + j] = test_randn(0.02f * (float)(1 + (i / 128 + j / 128) % 3));
     for (int64_t i = 0; i < m * k; i++) xf[i] = test_randn(1.0f);
     for (int64_t i = 0; i < m * k; i++) {
-        if (x_dtype == BFP8_DTYPE_BF16) ((uint16_t *)x)[i] = bfp8_bf16_from_f32(xf[i]), xf[i] = bfp8_bf16_to_f32(((uint16_t *)x)[i]);
-        else if (x_dtype == BFP8_DTYPE_F16) ((uint16_t *)x)[i] = bfp8_f16_from_f32(xf[i]), xf[i] = bfp8_f16_to_f32(((uint16_t *)x)[i]);
-        else ((float *)x)[i] = xf[i];
+        test_store_f32(x, x_dtype, i, xf[i]);
+        xf[i] = test_load_f32(x, x_dtype, i); /* the value the stored dtype holds */
     }
     for (int64_t i = 0; i < n; i++) bias_bf16[i] = bfp8_bf16_from_f32(test_randn(0.5f)), bias_f[i] = bfp8_bf16_to_f32(bias_bf16[i]);
 
     bfp8_weight *wt = NULL;
-    CHECK_OK(bfp8_weight_quantize(&wt, w, BFP8_DTYPE_F32, n, k, format, NULL));
+    CHECK_OK(bfp8_weight_quantize(w, BFP8_DTYPE_F32, n, k, format, &wt, NULL));
     if (!wt) goto out;
     CHECK_OK(bfp8_weight_prepare(wt, d, NULL));
 
@@ -96,13 +77,14 @@ static void check_linear_case(bfp8_dispatcher *d, const char *label, int64_t m, 
     CHECK_OK(bfp8_linear(d, wt, &args));
     int64_t unwritten = 0;
     for (int64_t i = 0; i < m * n; i++) {
-        yf[i] = output_to_f32(y, y_dtype, i);
+        yf[i] = test_load_f32(y, y_dtype, i);
         unwritten += isnan(yf[i]);
     }
     CHECK(unwritten == 0, "%s: %lld outputs unwritten (still NaN)", label, (long long)unwritten);
     if (m * n > 0) {
-        double err = rel_frobenius(yf, ref_q, m * n), diff = calc_diff(yf, ref_exact, m, n);
-        CHECK(err <= tolerance(y_dtype), "%s: rel error %.3g > %.3g", label, err, tolerance(y_dtype));
+        double err = rel_frobenius(yf, ref_q, m * n), diff = calc_diff(yf, ref_exact, m * n);
+        const double tol = test_tolerance(y_dtype, BFP8_DEVICE_CPU);
+        CHECK(err <= tol, "%s: rel error %.3g > %.3g", label, err, tol);
         /* calc_diff averages FP8 noise (about 7e-4) against a 1e-3 limit: a stable statistic only over many
          * outputs of full 128-deep blocks. */
         if (k >= 256 && m * n >= 1024) CHECK(diff < 1e-3, "%s: calc_diff %.3g vs the unquantized product", label, diff);
@@ -155,7 +137,7 @@ static void test_nonfinite(void) {
     x[1 * K + 5] = NAN;
     x[1 * K + 200] = INFINITY;
     bfp8_weight *wt;
-    CHECK_OK(bfp8_weight_quantize(&wt, w, BFP8_DTYPE_F32, N, K, BFP8_SCALE_FP32, NULL));
+    CHECK_OK(bfp8_weight_quantize(w, BFP8_DTYPE_F32, N, K, BFP8_SCALE_FP32, &wt, NULL));
     bfp8_linear_args a = {.x = x, .x_dtype = BFP8_DTYPE_F32, .m = M, .y = y, .y_dtype = BFP8_DTYPE_F32,
                           .device = BFP8_DEVICE_CPU};
     /* On the CPU the activations are quantized on the host: no kernel for a GEMM to start behind (test_hopper
@@ -186,7 +168,7 @@ static void test_weight(void) {
     bfp8_scales s;
     CHECK_OK(bfp8_scales_init(&s, BFP8_SCALE_FP32, BFP8_LAYOUT_MN_MAJOR, NB, KB, s_mn));
     bfp8_weight *w = NULL;
-    CHECK_OK(bfp8_weight_create(&w, q, N, K, &s));
+    CHECK_OK(bfp8_weight_create(q, N, K, &s, &w));
     bfp8_weight_info info;
     CHECK_OK(bfp8_weight_info_get(w, &info));
     CHECK(info.n == N && info.k == K && info.scale_format == BFP8_SCALE_FP32 && info.device_layouts == 0 &&
@@ -198,7 +180,7 @@ static void test_weight(void) {
     CHECK(vq != q && memcmp(vq, q, sizeof q) == 0, "weight copies q");
     bool same = true;
     for (int r = 0; r < NB; r++)
-        for (int c = 0; c < KB; c++) same = same && bfp8_scales_get(&vs, r, c) == s_mn[c * NB + r];
+        for (int c = 0; c < KB; c++) same = same && bfp8_scales_at(&vs, r, c) == s_mn[c * NB + r];
     CHECK(same, "row-major view matches the MN-major input");
     CHECK_STATUS(bfp8_weight_view(w, BFP8_DEVICE_CUDA, BFP8_LAYOUT_ROW_MAJOR, &vq, &vs), BFP8_ERR_NOT_FOUND);
     CHECK_STATUS(bfp8_weight_view(w, BFP8_DEVICE_CPU, BFP8_LAYOUT_PACKED_UE8M0, &vq, &vs), BFP8_ERR_NOT_FOUND);
@@ -229,10 +211,10 @@ static void test_weight(void) {
     CHECK(st == BFP8_ERR_UNSUPPORTED, "linear on cuda without a prepared device weight: %s", bfp8_status_name(st));
 
     bfp8_weight *w2 = NULL;
-    CHECK_STATUS(bfp8_weight_create(&w2, q, N + 200, K, &s), BFP8_ERR_INVALID_ARGUMENT); /* scale rows mismatch */
-    CHECK_STATUS(bfp8_weight_create(&w2, q, N, -1, &s), BFP8_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(bfp8_weight_create(&w2, NULL, N, K, &s), BFP8_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(bfp8_weight_create(NULL, q, N, K, &s), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_weight_create(q, N + 200, K, &s, &w2), BFP8_ERR_INVALID_ARGUMENT); /* scale rows mismatch */
+    CHECK_STATUS(bfp8_weight_create(q, N, -1, &s, &w2), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_weight_create(NULL, N, K, &s, &w2), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_weight_create(q, N, K, &s, NULL), BFP8_ERR_INVALID_ARGUMENT);
     CHECK(w2 == NULL, "no weight on failure");
     bfp8_weight_free(w);
     bfp8_weight_free(NULL);
@@ -285,8 +267,82 @@ static void test_weight_load(void) {
     remove(path);
 }
 
+static bool same_problem(const bfp8_problem *a, const bfp8_problem *b) {
+    return a->device == b->device && a->arch == b->arch && a->m == b->m && a->n == b->n && a->k == b->k &&
+           a->out_dtype == b->out_dtype && a->scale_format == b->scale_format && a->a_layouts == b->a_layouts &&
+           a->b_layouts == b->b_layouts && a->has_bias == b->has_bias && a->bias_dtype == b->bias_dtype &&
+           a->act_from_prior_kernel == b->act_from_prior_kernel;
+}
+
+/* The problem of a described layer (bfp8_problem_for_linear) is the problem a call with such a weight poses, on
+ * either device; and what it refuses. */
+static void test_problem_for_linear(void) {
+    enum { N = 300, K = 520, M = 5 };
+    float *w = malloc(sizeof(float) * N * K);
+    for (int i = 0; i < N * K; i++) w[i] = test_randn(0.02f);
+    /* Buffers of the right sizes; the problem never reads them. */
+    uint16_t *bias = calloc(N, sizeof(uint16_t)), *x = calloc(M * K, sizeof(uint16_t)), *y = calloc(M * N, 2);
+    for (int f = 0; f < BFP8_SCALE_FORMAT_COUNT; f++) {
+        bfp8_weight *wt = NULL;
+        CHECK_OK(bfp8_weight_quantize(w, BFP8_DTYPE_F32, N, K, (bfp8_scale_format)f, &wt, NULL));
+        if (!wt) continue;
+        bfp8_weight_info wi;
+        CHECK_OK(bfp8_weight_info_get(wt, &wi));
+        for (int dev = 0; dev < BFP8_DEVICE_COUNT; dev++)
+            for (int with_bias = 0; with_bias < 2; with_bias++) {
+                const bfp8_linear_args a = {.x = x, .x_dtype = BFP8_DTYPE_BF16, .m = M, .bias = with_bias ? bias : NULL,
+                                            .bias_dtype = BFP8_DTYPE_BF16, .y = y, .y_dtype = BFP8_DTYPE_F16,
+                                            .device = (bfp8_device)dev};
+                bfp8_problem from, described;
+                CHECK_OK(bfp8_problem_from_linear(wt, &a, &from));
+                CHECK_OK(bfp8_problem_for_linear(&wi, (bfp8_device)dev, M, BFP8_DTYPE_F16, with_bias,
+                                                 BFP8_DTYPE_BF16, &described));
+                CHECK(same_problem(&from, &described), "format %d device %d bias %d: problems differ", f, dev,
+                      with_bias);
+                /* Independently: what a linear call offers. */
+                CHECK(described.a_layouts == bfp8_scale_layouts_for((bfp8_scale_format)f) &&
+                          described.b_layouts == (dev == BFP8_DEVICE_CUDA ? wi.device_layouts : wi.host_layouts) &&
+                          described.act_from_prior_kernel == (dev == BFP8_DEVICE_CUDA) && described.n == N &&
+                          described.k == K && described.m == M &&
+                          described.bias_dtype == (with_bias ? BFP8_DTYPE_BF16 : BFP8_DTYPE_F32),
+                      "format %d device %d bias %d: fields", f, dev, with_bias);
+            }
+        bfp8_weight_free(wt);
+    }
+    free(w), free(bias), free(x), free(y);
+    const bfp8_weight_info wi = {.n = N, .k = K, .scale_format = BFP8_SCALE_FP32,
+                                 .host_layouts = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR)};
+    bfp8_problem p = {.m = 77};
+    /* A bias dtype is ignored without a bias. */
+    CHECK_OK(bfp8_problem_for_linear(&wi, BFP8_DEVICE_CPU, 0, BFP8_DTYPE_F32, false, BFP8_DTYPE_E4M3, &p));
+    CHECK(p.m == 0 && !p.has_bias && p.bias_dtype == BFP8_DTYPE_F32 && p.arch == 0, "empty problem");
+    p.m = 77;
+    CHECK_STATUS(bfp8_problem_for_linear(NULL, BFP8_DEVICE_CPU, 1, BFP8_DTYPE_F32, false, 0, &p),
+                 BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_problem_for_linear(&wi, BFP8_DEVICE_CPU, 1, BFP8_DTYPE_F32, false, 0, NULL),
+                 BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_problem_for_linear(&wi, BFP8_DEVICE_COUNT, 1, BFP8_DTYPE_F32, false, 0, &p),
+                 BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_problem_for_linear(&wi, BFP8_DEVICE_CPU, -1, BFP8_DTYPE_F32, false, 0, &p),
+                 BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_problem_for_linear(&wi, BFP8_DEVICE_CPU, 1, BFP8_DTYPE_E4M3, false, 0, &p),
+                 BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_problem_for_linear(&wi, BFP8_DEVICE_CPU, 1, BFP8_DTYPE_F32, true, BFP8_DTYPE_I32, &p),
+                 BFP8_ERR_INVALID_ARGUMENT);
+    bfp8_weight_info bad = wi;
+    bad.scale_format = BFP8_SCALE_FORMAT_COUNT;
+    CHECK_STATUS(bfp8_problem_for_linear(&bad, BFP8_DEVICE_CPU, 1, BFP8_DTYPE_F32, false, 0, &p),
+                 BFP8_ERR_INVALID_ARGUMENT);
+    bad = wi;
+    bad.k = -1;
+    CHECK_STATUS(bfp8_problem_for_linear(&bad, BFP8_DEVICE_CPU, 1, BFP8_DTYPE_F32, false, 0, &p),
+                 BFP8_ERR_INVALID_ARGUMENT);
+    CHECK(p.m == 77, "a refused problem was written");
+}
+
 int main(void) {
     test_seed();
+    test_problem_for_linear();
     test_linear_backends();
     test_nonfinite();
     test_weight();

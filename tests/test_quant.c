@@ -167,7 +167,7 @@ static void check_quantizer(bool weight, int64_t rows, int64_t k, bfp8_dtype dt,
                 fprintf(stderr, "q[%lld] = 0x%02x, want 0x%02x (x = %a)\n", (long long)i, q[i], qref[i], xf[i]);
         for (int64_t r = 0; r < srows; r++)
             for (int64_t kb = 0; kb < kblocks; kb++) {
-                float got = bfp8_scales_get(&sc, r, kb), raw = raw_scale(&sc, r, kb), want = sref[r * kblocks + kb];
+                float got = bfp8_scales_at(&sc, r, kb), raw = raw_scale(&sc, r, kb), want = sref[r * kblocks + kb];
                 if ((got != want || raw != want) && mismatches++ < 6)
                     fprintf(stderr, "scale (%lld,%lld) = %a / raw %a, want %a\n", (long long)r, (long long)kb, got,
                             raw, want);
@@ -311,18 +311,18 @@ static void test_dequantize_and_requantize(void) {
         bad = 0;
         for (int64_t r = 0; r < rows; r++)
             for (int64_t kb = 0; kb < kblocks; kb++) {
-                float s = bfp8_scales_get(&sc3, r, kb);
+                float s = bfp8_scales_at(&sc3, r, kb);
                 if ((s != sd2[r * kblocks + kb] || s != ref_pow2_ceil(s)) &&
                     bad++ < 3)
                     fprintf(stderr, "requant scale %a (direct %a), was %a\n", s, sd2[r * kblocks + kb],
-                            bfp8_scales_get(&sc, r, kb));
+                            bfp8_scales_at(&sc, r, kb));
             }
         CHECK(bad == 0, "requantized scales: %d wrong", bad);
         CHECK(count_nonzero_padding(&sc3) == 0, "requant padding");
         CHECK_OK(bfp8_dequantize(q2, n, k, &sc3, 128, deq2));
         bad = 0;
         for (int64_t i = 0; i < count; i++) {
-            float s = bfp8_scales_get(&sc3, (i / k) / 128, (i % k) / 128);
+            float s = bfp8_scales_at(&sc3, (i / k) / 128, (i % k) / 128);
             double bound = e4m3_half_ulp(fmin(fabs((double)deq[i] / s), 448.0)) * s + fabs((double)deq[i]) * 0x1p-23;
             if (!(fabs((double)deq[i] - deq2[i]) <= bound)) bad++;
         }
@@ -387,7 +387,7 @@ static void test_scale_layouts(void) {
                         for (int64_t kb = 0; kb < kblocks; kb++) {
                             float want = orig[r * kblocks + kb];
                             bad += raw_scale(&sa, r, kb) != want || raw_scale(&sb, r, kb) != want ||
-                                   bfp8_scales_get(&sb, r, kb) != want || back[r * kblocks + kb] != want;
+                                   bfp8_scales_at(&sb, r, kb) != want || back[r * kblocks + kb] != want;
                         }
                     bad += count_nonzero_padding(&sa) + count_nonzero_padding(&sb);
                     CHECK(bad == 0, "convert %s -> %s [%lld, %lld] %s: %d wrong", bfp8_scale_layout_name(all_layouts[a]),

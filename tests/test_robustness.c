@@ -27,19 +27,19 @@ static void test_ue8m0_validation(void) {
     bfp8_scales sc;
     CHECK_OK(bfp8_scales_init(&sc, BFP8_SCALE_UE8M0, BFP8_LAYOUT_ROW_MAJOR, NB, KB, s));
     bfp8_weight *w = NULL;
-    CHECK_OK(bfp8_weight_create(&w, q, N, K, &sc));
+    CHECK_OK(bfp8_weight_create(q, N, K, &sc, &w));
     bfp8_weight_free(w);
 
     /* The smallest and largest UE8M0 scales pass; everything else is refused with its place. */
     s[0] = 0x1p-126f, s[1] = 0x1p127f;
-    CHECK_OK(bfp8_weight_create(&w, q, N, K, &sc));
+    CHECK_OK(bfp8_weight_create(q, N, K, &sc, &w));
     bfp8_weight_free(w);
     const float bad[] = {0.3f, 0.75f * 0x1p-4f, NAN, INFINITY, 0.0f, -0.25f, 0x1p-127f, 0x1p-128f, -INFINITY, 3e38f};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         float saved = s[1 * KB + 2];
         s[1 * KB + 2] = bad[i];
         w = (bfp8_weight *)&w; /* poison: must be set to NULL on failure */
-        CHECK_STATUS(bfp8_weight_create(&w, q, N, K, &sc), BFP8_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(bfp8_weight_create(q, N, K, &sc, &w), BFP8_ERR_INVALID_ARGUMENT);
         CHECK(w == NULL, "out not cleared on failure");
         CHECK(contains(bfp8_last_error(), "(1, 2)") && contains(bfp8_last_error(), "power of two"),
               "value %g: message '%s' does not name scale (1, 2)", (double)bad[i], bfp8_last_error());
@@ -47,11 +47,11 @@ static void test_ue8m0_validation(void) {
     }
     /* The first bad one is named. */
     s[0 * KB + 1] = 0.5f * 3.0f, s[1 * KB + 0] = 5.0f;
-    CHECK_STATUS(bfp8_weight_create(&w, q, N, K, &sc), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_weight_create(q, N, K, &sc, &w), BFP8_ERR_INVALID_ARGUMENT);
     CHECK(contains(bfp8_last_error(), "(0, 1) = 1.5"), "first bad scale not named: '%s'", bfp8_last_error());
     /* The same values declared fp32 are fine (any positive value is an fp32 scale). */
     sc.format = BFP8_SCALE_FP32;
-    CHECK_OK(bfp8_weight_create(&w, q, N, K, &sc));
+    CHECK_OK(bfp8_weight_create(q, N, K, &sc, &w));
     bfp8_weight_free(w);
 
     /* Packed exponents: byte 255 (NaN) and byte 0 (2^-127, below what bfp8_ue8m0_ceil gives) are refused. */
@@ -59,11 +59,11 @@ static void test_ue8m0_validation(void) {
     memset(packed, 0, sizeof packed);
     packed[0] = 0x00807F7Eu, packed[1] = 0x00017F80u;
     CHECK_OK(bfp8_scales_init(&sc, BFP8_SCALE_UE8M0, BFP8_LAYOUT_PACKED_UE8M0, NB, KB, packed));
-    CHECK_OK(bfp8_weight_create(&w, q, N, K, &sc));
+    CHECK_OK(bfp8_weight_create(q, N, K, &sc, &w));
     bfp8_weight_free(w);
     for (int e = 0; e < 2; e++) {
         packed[1] = e ? 0x00FF7F80u : 0x00007F80u;
-        CHECK_STATUS(bfp8_weight_create(&w, q, N, K, &sc), BFP8_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(bfp8_weight_create(q, N, K, &sc, &w), BFP8_ERR_INVALID_ARGUMENT);
         CHECK(contains(bfp8_last_error(), "(1, 2)"), "packed exponent %s: '%s'", e ? "255" : "0", bfp8_last_error());
     }
     free(q);
@@ -99,7 +99,7 @@ static void test_nonfinite_linear(void) {
     bfp8_scales sc;
     CHECK_OK(bfp8_scales_init(&sc, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, NB, KB, s));
     bfp8_weight *w = NULL;
-    CHECK_OK(bfp8_weight_create(&w, q, N, K, &sc));
+    CHECK_OK(bfp8_weight_create(q, N, K, &sc, &w));
     bfp8_weight_info wi;
     CHECK_OK(bfp8_weight_info_get(w, &wi));
     CHECK(wi.nonfinite_codes == 3 && wi.nonfinite_scales == 2, "weight info counts %lld codes, %lld scales",
@@ -141,7 +141,7 @@ static void test_nonfinite_linear(void) {
         s[1] = s[5] = 0.002f;
         x[K + 7] = 0.5f;
         bias[0] = bias[N - 1] = 1.0f;
-        CHECK_OK(bfp8_weight_create(&wf, q, N, K, &sc));
+        CHECK_OK(bfp8_weight_create(q, N, K, &sc, &wf));
         CHECK_OK(bfp8_linear(d, wf, &a));
         st = nonfinite_of(d);
         CHECK(!st.activations && !st.weight_codes && !st.weight_scales && !st.bias, "finite inputs counted");
@@ -160,7 +160,7 @@ static void test_nonfinite_linear(void) {
     for (int i = 0; i < N * K; i++) wf32[i] = test_randn(0.1f);
     wf32[17] = NAN, wf32[N * K - 1] = -INFINITY;
     int64_t bad = -1;
-    CHECK_OK(bfp8_weight_quantize(&w, wf32, BFP8_DTYPE_F32, N, K, BFP8_SCALE_UE8M0, &bad));
+    CHECK_OK(bfp8_weight_quantize(wf32, BFP8_DTYPE_F32, N, K, BFP8_SCALE_UE8M0, &w, &bad));
     CHECK_OK(bfp8_weight_info_get(w, &wi));
     CHECK(bad == 2 && wi.nonfinite_codes == 2 && wi.nonfinite_scales == 0, "quantized weight: %lld / %lld",
           (long long)bad, (long long)wi.nonfinite_codes);
@@ -191,13 +191,13 @@ static void test_nonfinite_cuda(void) {
     bfp8_scales sc;
     CHECK_OK(bfp8_scales_init(&sc, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, NB, KB, s));
     bfp8_weight *w = NULL;
-    CHECK_OK(bfp8_weight_create(&w, q, N, K, &sc));
+    CHECK_OK(bfp8_weight_create(q, N, K, &sc, &w));
     bfp8_dispatcher *d = strict("cuda_generic");
     CHECK_OK(bfp8_weight_prepare(w, d, "cuda_generic"));
     void *xd = NULL, *bd = NULL, *yd = NULL;
-    CHECK_OK(bfp8_cuda_malloc(&xd, sizeof x));
-    CHECK_OK(bfp8_cuda_malloc(&bd, sizeof bias));
-    CHECK_OK(bfp8_cuda_malloc(&yd, sizeof(uint16_t) * M * N));
+    CHECK_OK(bfp8_cuda_malloc(sizeof x, &xd));
+    CHECK_OK(bfp8_cuda_malloc(sizeof bias, &bd));
+    CHECK_OK(bfp8_cuda_malloc(sizeof(uint16_t) * M * N, &yd));
     CHECK_OK(bfp8_cuda_upload(xd, x, sizeof x));
     CHECK_OK(bfp8_cuda_upload(bd, bias, sizeof bias));
     bfp8_linear_args la = {.x = xd, .x_dtype = BFP8_DTYPE_F32, .m = M, .bias = bd, .bias_dtype = BFP8_DTYPE_F32,
@@ -423,7 +423,7 @@ static void test_enums_and_sizes(void) {
     CHECK(contains(bfp8_last_error(), "too large"), "'%s'", bfp8_last_error());
     /* Negative sizes in the quantizers, linear problems, weights. */
     bfp8_weight *w = NULL;
-    CHECK_STATUS(bfp8_weight_quantize(&w, NULL, BFP8_DTYPE_F32, 0, INT64_MAX, BFP8_SCALE_FP32, NULL),
+    CHECK_STATUS(bfp8_weight_quantize(NULL, BFP8_DTYPE_F32, 0, INT64_MAX, BFP8_SCALE_FP32, &w, NULL),
                  BFP8_ERR_INVALID_ARGUMENT);
     CHECK(w == NULL, "weight made");
 }
@@ -441,7 +441,7 @@ static void test_null_outputs(void) {
     CHECK_STATUS(bfp8_dispatcher_fallback_at(d, 0, NULL), BFP8_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(bfp8_problem_from_gemm(NULL, NULL), BFP8_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(bfp8_weight_info_get(NULL, NULL), BFP8_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(bfp8_weight_create(NULL, NULL, 0, 0, NULL), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_weight_create(NULL, 0, 0, NULL, NULL), BFP8_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(bfp8_dtype_parse("f32", NULL), BFP8_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(bfp8_scales_init(NULL, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, NULL), BFP8_ERR_INVALID_ARGUMENT);
     bfp8_dispatcher_free(d);
@@ -617,7 +617,7 @@ static void test_aliasing_gemm_linear(void) {
 
     /* linear: y == bias refused; y over x allowed (x is quantized before y is written) and exact. */
     bfp8_weight *w = NULL;
-    CHECK_OK(bfp8_weight_create(&w, arena + b_off, N, K, &g.b_scales));
+    CHECK_OK(bfp8_weight_create(arena + b_off, N, K, &g.b_scales, &w));
     float *x = malloc(sizeof(float) * M * K); /* y [M, N] f32 fits over x [M, K] */
     for (int i = 0; i < M * K; i++) x[i] = test_randn(1.0f);
     float *y_sep = malloc(sizeof(float) * M * N), *biasc = malloc(sizeof(float) * N * M);

@@ -120,7 +120,7 @@ static void unsharded(bfp8_dispatcher *d, const layer *L, bfp8_dtype y_dtype, vo
     bfp8_scales s;
     CHECK_OK(bfp8_scales_init(&s, L->format, BFP8_LAYOUT_ROW_MAJOR, (L->n + 127) / 128, (L->k + 127) / 128, L->scales));
     bfp8_weight *w = NULL;
-    CHECK_OK(bfp8_weight_create(&w, L->q, L->n, L->k, &s));
+    CHECK_OK(bfp8_weight_create(L->q, L->n, L->k, &s, &w));
     if (!w) return;
     bfp8_linear_args a = {.x = L->x, .x_dtype = BFP8_DTYPE_F32, .m = L->m, .bias = L->bias,
                           .bias_dtype = BFP8_DTYPE_BF16, .y = y, .y_dtype = y_dtype, .device = BFP8_DEVICE_CPU};

@@ -38,7 +38,7 @@ static float sc[17 * 56], x[M * K];
 static uint16_t bias[N];
 
 static void make_layer(uint64_t seed) {
-    test_rng_state_ = seed;
+    test_rng_init(&test_rng_, seed);
     float *w = malloc(sizeof(float) * N * K);
     for (int64_t i = 0; i < (int64_t)N * K; i++) w[i] = test_randn(0.02f);
     bfp8_scales s;
@@ -56,15 +56,15 @@ static bfp8_status run_layer(bfp8_tp_mode mode, int ranks, int rank, ncclComm_t 
     bfp8_weight *w = NULL;
     bfp8_shard sh = {0};
     bfp8_status st = ranks ? bfp8_shard_plan(N, K, mode, ranks, rank, BFP8_SHARD_SHARE_BLOCKS, &sh) : BFP8_OK;
-    if (st == BFP8_OK) st = ranks ? bfp8_weight_shard(q, &s, &sh, &w) : bfp8_weight_create(&w, q, N, K, &s);
+    if (st == BFP8_OK) st = ranks ? bfp8_weight_shard(q, &s, &sh, &w) : bfp8_weight_create(q, N, K, &s, &w);
     if (st == BFP8_OK) st = bfp8_weight_prepare(w, NULL, NULL);
     int64_t xk = ranks && mode == BFP8_TP_ROW ? sh.end - sh.begin : K, x0 = ranks && mode == BFP8_TP_ROW ? sh.begin : 0;
     float *xs = malloc(sizeof(float) * M * (size_t)xk);
     for (int i = 0; i < M; i++) memcpy(xs + i * xk, x + i * K + x0, sizeof(float) * (size_t)xk);
     void *dx = NULL, *dy = NULL, *db = NULL;
-    if (st == BFP8_OK) st = bfp8_cuda_malloc(&dx, sizeof(float) * M * (size_t)xk);
-    if (st == BFP8_OK) st = bfp8_cuda_malloc(&dy, sizeof(uint16_t) * M * N);
-    if (st == BFP8_OK) st = bfp8_cuda_malloc(&db, sizeof bias);
+    if (st == BFP8_OK) st = bfp8_cuda_malloc(sizeof(float) * M * (size_t)xk, &dx);
+    if (st == BFP8_OK) st = bfp8_cuda_malloc(sizeof(uint16_t) * M * N, &dy);
+    if (st == BFP8_OK) st = bfp8_cuda_malloc(sizeof bias, &db);
     if (st == BFP8_OK) st = bfp8_cuda_upload(dx, xs, sizeof(float) * M * (size_t)xk);
     if (st == BFP8_OK) st = bfp8_cuda_upload(db, bias, sizeof bias);
     memset(y, 0xFF, sizeof(uint16_t) * M * N);

@@ -4,7 +4,7 @@
  * `bench --model ...` is the whole-model benchmark of tools/bench_model.c, `bench --grouped ...` the MoE expert
  * layers of tools/bench_grouped.c. */
 #include "cli.h"
-#include "internal.h" /* bfp8_act_layout, bfp8_first_layout, bfp8_layouts_for_format */
+#include "cuda_timer.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -62,7 +62,7 @@ typedef struct bench_opts {
     bfp8_dtype out_dtype;
     bfp8_scale_format format;
     int64_t iters, warmup, threads, seed;
-    bfp8_l2_flush l2;
+    cli_l2_flush l2;
 } bench_opts;
 
 /* One timed thing: a backend through the strict dispatcher, or the OpenBLAS baseline. */
@@ -84,26 +84,6 @@ static bfp8_status call_openblas(void *ctx) {
     const bench_call *c = ctx;
     cli_openblas_sgemm_nt(c->m, c->n, c->k, c->a_f32, c->w_f32, c->c_f32);
     return BFP8_OK;
-}
-
-/* Median microseconds of fn over opts->iters runs (host wall clock, or CUDA events with the L2 flushed). */
-static bfp8_status time_median(const bench_opts *o, bfp8_status (*fn)(void *), void *ctx, double *median_us) {
-    double *t = malloc(sizeof(double) * (size_t)o->iters);
-    if (!t) return BFP8_ERR_OUT_OF_MEMORY;
-    bfp8_status st = BFP8_OK;
-    if (o->device == BFP8_DEVICE_CUDA) {
-        st = bfp8_cuda_time(fn, ctx, (int)o->warmup, (int)o->iters, o->l2, NULL, t);
-    } else {
-        for (int64_t i = 0; i < o->warmup && st == BFP8_OK; i++) st = fn(ctx);
-        for (int64_t i = 0; i < o->iters && st == BFP8_OK; i++) {
-            double t0 = cli_now();
-            st = fn(ctx);
-            t[i] = (cli_now() - t0) * 1e6;
-        }
-    }
-    if (st == BFP8_OK) *median_us = cli_median(t, (int)o->iters);
-    free(t);
-    return st;
 }
 
 /* Host scales in row-major -> a copy in `layout` (host), malloc'ed into *data. */
@@ -170,9 +150,7 @@ typedef struct cell_data {
 
 static void *dev_copy(const void *host, size_t bytes, bfp8_status *st) {
     void *p = NULL;
-    if (*st != BFP8_OK) return NULL;
-    *st = bfp8_cuda_malloc(&p, bytes ? bytes : 1);
-    if (*st == BFP8_OK && host) *st = bfp8_cuda_upload(p, host, bytes);
+    if (*st == BFP8_OK) *st = test_dev_upload(host, bytes, &p);
     return p;
 }
 
@@ -190,19 +168,13 @@ typedef struct bench_state {
 } bench_state;
 
 static double frobenius_diff(const void *y, bfp8_dtype dt, const float *ref, int64_t count) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < count; i++) {
-        float v = dt == BFP8_DTYPE_BF16  ? bfp8_bf16_to_f32(((const uint16_t *)y)[i])
-                  : dt == BFP8_DTYPE_F16 ? bfp8_f16_to_f32(((const uint16_t *)y)[i])
-                                         : ((const float *)y)[i];
-        num += ((double)v - ref[i]) * ((double)v - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    test_frobenius f = {0};
+    for (int64_t i = 0; i < count; i++) test_frobenius_add(&f, test_load_f32(y, dt, i), ref[i]);
+    return test_frobenius_value(&f);
 }
 
 /* Runs every backend (and the baseline) on one shape for every M. */
-static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
+static int bench_shape(bench_state *s, int64_t n, int64_t k, test_rng *rng) {
     const bench_opts *o = s->o;
     const char *cmd = "bench";
     int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
@@ -217,7 +189,7 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
         goto out;
     }
     fprintf(stderr, "bench: quantizing a random %" PRId64 "x%" PRId64 " weight...\n", n, k);
-    cli_fill_normal(rng, w, BFP8_DTYPE_F32, (int64_t)nk, 0.02f);
+    test_rng_fill_normal(rng, w, BFP8_DTYPE_F32, (int64_t)nk, 0.02f);
     bfp8_scales sb_desc;
     bfp8_scales_init(&sb_desc, o->format, BFP8_LAYOUT_ROW_MAJOR, nb, kb, sb);
     if ((st = bfp8_quantize_weight(w, BFP8_DTYPE_F32, n, k, qb, &sb_desc, NULL)) != BFP8_OK) {
@@ -244,7 +216,7 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
             rc = cli_error(CLI_FAIL, cmd, "out of memory for M=%" PRId64, m);
             goto next_m;
         }
-        cli_fill_normal(rng, x, BFP8_DTYPE_F32, (int64_t)mk, 1.0f);
+        test_rng_fill_normal(rng, x, BFP8_DTYPE_F32, (int64_t)mk, 1.0f);
         bfp8_scales sa_desc;
         bfp8_scales_init(&sa_desc, o->format, BFP8_LAYOUT_ROW_MAJOR, m, kb, sa);
         if ((st = bfp8_quantize_act(x, BFP8_DTYPE_F32, m, k, qa, &sa_desc, NULL)) != BFP8_OK) {
@@ -273,8 +245,12 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
         }
         for (int bi = 0; bi < s->nbackends && rc == CLI_OK; bi++) {
             const bfp8_backend *be = s->backends[bi];
-            bfp8_scale_layout la = bfp8_act_layout(be->caps.a_layouts & bfp8_layouts_for_format(o->format));
-            bfp8_scale_layout lb = bfp8_first_layout(be->caps.b_layouts & bfp8_layouts_for_format(o->format));
+            /* The layouts bfp8_linear would hand the backend; row-major where it consumes none of this format's,
+             * and the strict call below says why it cannot run. */
+            const uint32_t layouts = bfp8_scale_layouts_for(o->format);
+            const bfp8_problem lp = {.a_layouts = layouts, .b_layouts = layouts};
+            bfp8_scale_layout la = BFP8_LAYOUT_ROW_MAJOR, lb = BFP8_LAYOUT_ROW_MAJOR;
+            (void)bfp8_backend_layouts(be, &lp, &la, &lb);
             bfp8_scales sa_l = {0}, sb_l = {0};
             void *sa_data = NULL, *sb_data = NULL, *dev[5] = {0};
             bfp8_gemm_args g = {.m = m, .n = n, .k = k, .a = qa, .b = qb, .y = y, .y_dtype = o->out_dtype,
@@ -304,14 +280,15 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
             fprintf(stderr, "bench: [%d/%d] %s M=%" PRId64 " N=%" PRId64 " K=%" PRId64 "\n", s->cells + 1,
                     s->cells_total, be->name, m, n, k);
             bench_call bc = {.d = s->d, .args = &g};
-            st = time_median(o, call_gemm, &bc, &bk_us[bi]);
+            char why[BFP8_REASON_MAX];
+            st = cli_time_median(o->device, (int)o->warmup, (int)o->iters, o->l2, call_gemm, &bc, &bk_us[bi], why, sizeof why);
             if (st == BFP8_ERR_UNSUPPORTED) { /* strict: this backend cannot run this cell; say why, go on */
                 printf("%-10s %6" PRId64 " %6" PRId64 " %6" PRId64 " %10s   n/a: %s\n", be->name, m, n, k, "n/a",
-                       bfp8_last_error());
+                       why);
                 goto next_backend;
             }
             if (st != BFP8_OK) {
-                rc = cli_lib_error(cmd, be->name, st);
+                rc = cli_error(CLI_FAIL, cmd, "%s: %s: %s", be->name, bfp8_status_name(st), why);
                 goto next_backend;
             }
             bk_ran[bi] = true;
@@ -334,8 +311,9 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, cli_rng *rng) {
         if (c_f32) {
             fprintf(stderr, "bench: [%d/%d] openblas M=%" PRId64 " N=%" PRId64 " K=%" PRId64 "\n", s->cells + 1,
                     s->cells_total, m, n, k);
-            if ((st = time_median(o, call_openblas, &base_call, &base_us)) != BFP8_OK) {
-                rc = cli_lib_error(cmd, "openblas", st);
+            char why[BFP8_REASON_MAX];
+            if ((st = cli_time_median(o->device, (int)o->warmup, (int)o->iters, o->l2, call_openblas, &base_call, &base_us, why, sizeof why)) != BFP8_OK) {
+                rc = cli_error(CLI_FAIL, cmd, "openblas: %s: %s", bfp8_status_name(st), why);
                 goto next_m;
             }
             cli_openblas_settle();
@@ -385,7 +363,7 @@ int cmd_bench(int argc, char **argv) {
             return cmd_bench_grouped(argc, argv);
     }
     bench_opts o = {.device = BFP8_DEVICE_CPU, .out_dtype = BFP8_DTYPE_BF16, .format = BFP8_SCALE_FP32,
-                    .iters = -1, .warmup = -1, .threads = 0, .seed = 0, .l2 = BFP8_L2_CLEAN};
+                    .iters = -1, .warmup = -1, .threads = 0, .seed = 0, .l2 = CLI_L2_CLEAN};
     const char *shapes = "dsr1", *ms = NULL;
     int rc;
     for (int i = 1; i < argc; i++) {
@@ -424,9 +402,9 @@ int cmd_bench(int argc, char **argv) {
         } else if (cli_opt(argc, argv, &i, "--threads", &v)) {
             if ((rc = cli_want_i64(cmd, USAGE, "--threads", v, 1, 256, &o.threads)) != CLI_OK) return rc;
         } else if (cli_opt(argc, argv, &i, "--l2", &v)) {
-            if (v && strcmp(v, "clean") == 0) o.l2 = BFP8_L2_CLEAN;
-            else if (v && strcmp(v, "dirty") == 0) o.l2 = BFP8_L2_DIRTY;
-            else if (v && strcmp(v, "keep") == 0) o.l2 = BFP8_L2_KEEP;
+            if (v && strcmp(v, "clean") == 0) o.l2 = CLI_L2_CLEAN;
+            else if (v && strcmp(v, "dirty") == 0) o.l2 = CLI_L2_DIRTY;
+            else if (v && strcmp(v, "keep") == 0) o.l2 = CLI_L2_KEEP;
             else return cli_usage_error(cmd, USAGE, "--l2: '%s' is not clean, dirty or keep", v ? v : "");
         } else if (cli_opt(argc, argv, &i, "--seed", &v)) {
             if ((rc = cli_want_i64(cmd, USAGE, "--seed", v, 0, INT64_MAX, &o.seed)) != CLI_OK) return rc;
@@ -478,7 +456,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (strcmp(o.backend, "all") == 0) {
         for (size_t i = 0; i < bfp8_dispatcher_count(s.d) && s.nbackends < MAX_BACKENDS; i++) {
-            const bfp8_backend *b = bfp8_dispatcher_get(s.d, i);
+            const bfp8_backend *b = bfp8_dispatcher_at(s.d, i);
             if (b->caps.device != o.device || strcmp(b->name, "ref") == 0) continue;
             if (base_backend && strcmp(b->name, base_backend) == 0) continue;
             s.backends[s.nbackends++] = b;
@@ -509,17 +487,17 @@ int cmd_bench(int argc, char **argv) {
         fputc('[', s.json.f);
     }
 
-    uint64_t seed = o.seed ? (uint64_t)o.seed : cli_seed_fresh();
-    cli_rng rng;
-    cli_rng_init(&rng, seed);
+    uint64_t seed = o.seed ? (uint64_t)o.seed : test_seed_fresh();
+    test_rng rng;
+    test_rng_init(&rng, seed);
     s.cells_total = o.nshapes * o.nms;
     printf("# blockfp8 bench: device %s, out %s, scales %s, %" PRId64 " warmup + %" PRId64
            " timed runs (median), seed %" PRIu64 "%s\n",
            bfp8_device_name(o.device), bfp8_dtype_name(o.out_dtype), bfp8_scale_format_name(o.format), o.warmup,
            o.iters, seed,
            !cuda                   ? ""
-           : o.l2 == BFP8_L2_CLEAN ? ", L2 flushed clean"
-           : o.l2 == BFP8_L2_DIRTY ? ", L2 flushed dirty"
+           : o.l2 == CLI_L2_CLEAN ? ", L2 flushed clean"
+           : o.l2 == CLI_L2_DIRTY ? ", L2 flushed dirty"
                                    : ", L2 kept");
     if (!cuda) printf("# cpu threads: %d\n", bfp8_get_num_threads());
     if (o.baseline && !cuda) {

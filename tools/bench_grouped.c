@@ -4,7 +4,7 @@
  * `cublaslt` backend, strict). The cells are those of bench/data/moe-anchor-h200-2026-12-04.csv: contiguous, each expert's
  * T rows one 128-aligned segment; masked, max_m = max(128, round_up(2 x T, 128)) with masked_m = expected_m = T. */
 #include "cli.h"
-#include "internal.h" /* bfp8_act_layout, bfp8_first_layout, bfp8_layouts_for_format, bfp8_round_up */
+#include "cuda_timer.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -70,21 +70,21 @@ static void *gb_put(gb_cell *c, const void *host, size_t bytes, bfp8_status *st)
     if (*st != BFP8_OK) return NULL;
     if (c->o->device != BFP8_DEVICE_CUDA) return (void *)host;
     void *p = NULL;
-    if ((*st = bfp8_cuda_malloc(&p, bytes ? bytes : 1)) != BFP8_OK) return NULL;
+    if ((*st = bfp8_cuda_malloc(bytes ? bytes : 1, &p)) != BFP8_OK) return NULL;
     c->dev[c->ndev++] = p;
     if (host && bytes) *st = bfp8_cuda_upload(p, host, bytes);
     return p;
 }
 
 /* Random finite E4M3 codes (no NaN) and power-of-two scales: the same work as real data, no quantization time. */
-static void fill_codes(cli_rng *rng, uint8_t *q, int64_t count) {
+static void fill_codes(test_rng *rng, uint8_t *q, int64_t count) {
     for (int64_t i = 0; i < count; i++) {
-        uint8_t v = (uint8_t)cli_rng_u64(rng);
+        uint8_t v = (uint8_t)test_rng_u64(rng);
         q[i] = (v & 0x7F) == 0x7F ? (uint8_t)(v - 1) : v;
     }
 }
-static void fill_scales(cli_rng *rng, float *s, int64_t count, int base) {
-    for (int64_t i = 0; i < count; i++) s[i] = ldexpf(1.0f, base - (int)(cli_rng_u64(rng) % 4));
+static void fill_scales(test_rng *rng, float *s, int64_t count, int base) {
+    for (int64_t i = 0; i < count; i++) s[i] = ldexpf(1.0f, base - (int)(test_rng_u64(rng) % 4));
 }
 
 /* Host scales (row-major, `mats` matrices of `rows`) in `layout`, on the device when it is cuda. */
@@ -112,7 +112,7 @@ static void *scales_for(gb_cell *c, const float *rm, int64_t mats, int64_t rows,
 
 /* The rows of expert e: contiguous, a segment starting at e * round_up(T, 128); masked, rows [0, T) of group e. */
 static int64_t expert_row0(const gb_cell *c, int64_t e) {
-    return c->o->layout == BFP8_GROUPED_MASKED ? e * c->m : e * bfp8_round_up(c->tokens, 128);
+    return c->o->layout == BFP8_GROUPED_MASKED ? e * c->m : e * cli_round_up(c->tokens, 128);
 }
 
 static void cell_free(gb_cell *c) {
@@ -149,7 +149,7 @@ static bfp8_status call_baseline(void *ctx) {
     gb_cell *c = x->c;
     for (int64_t e = 0; e < c->o->experts; e++) {
         if (c->o->device == BFP8_DEVICE_CUDA) {
-            BFP8_TRY(bfp8_gemm(c->base_d, &c->per_expert[e]));
+            CLI_TRY(bfp8_gemm(c->base_d, &c->per_expert[e]));
         } else {
             const int64_t r0 = expert_row0(c, e);
             cli_openblas_sgemm_nt(c->tokens, c->n, c->k, c->a32 + r0 * c->k, c->w32 + e * c->n * c->k,
@@ -160,21 +160,10 @@ static bfp8_status call_baseline(void *ctx) {
 }
 
 static bfp8_status time_it(const gb_opts *o, bfp8_status (*fn)(void *), void *ctx, double *median_us) {
-    double *t = malloc(sizeof(double) * (size_t)o->iters);
-    if (!t) return BFP8_ERR_OUT_OF_MEMORY;
-    bfp8_status st = BFP8_OK;
-    if (o->device == BFP8_DEVICE_CUDA) {
-        st = bfp8_cuda_time(fn, ctx, (int)o->warmup, (int)o->iters, BFP8_L2_CLEAN, NULL, t);
-    } else {
-        for (int64_t i = 0; i < o->warmup && st == BFP8_OK; i++) st = fn(ctx);
-        for (int64_t i = 0; i < o->iters && st == BFP8_OK; i++) {
-            const double t0 = cli_now();
-            st = fn(ctx);
-            t[i] = (cli_now() - t0) * 1e6;
-        }
-    }
-    if (st == BFP8_OK) *median_us = cli_median(t, (int)o->iters);
-    free(t);
+    char why[BFP8_REASON_MAX];
+    bfp8_status st = cli_time_median(o->device, (int)o->warmup, (int)o->iters, CLI_L2_CLEAN, fn, ctx, median_us, why,
+                                     sizeof why);
+    if (st != BFP8_OK) cli_error(CLI_FAIL, "bench", "%s", why);
     return st;
 }
 
@@ -191,7 +180,7 @@ static void json_cell(FILE *j, bool *first, const gb_opts *o, const char *layer,
 }
 
 /* One layer at every token count: weights once, then a cell per T. */
-static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, int64_t n, int64_t k, cli_rng *rng,
+static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, int64_t n, int64_t k, test_rng *rng,
                        FILE *json, bool *json_first) {
     const char *cmd = "bench";
     const int64_t G = o->experts, kb = (k + 127) / 128, nb = (n + 127) / 128;
@@ -227,8 +216,8 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
     for (int ti = 0; ti < o->ntokens && rc == CLI_OK; ti++) {
         gb_cell c = {.o = o, .n = n, .k = k, .kb = kb, .nb = nb, .tokens = o->tokens[ti], .w32 = w32};
         const bool masked = o->layout == BFP8_GROUPED_MASKED;
-        c.m = masked ? (bfp8_round_up(2 * c.tokens, 128) > 128 ? bfp8_round_up(2 * c.tokens, 128) : 128)
-                     : G * bfp8_round_up(c.tokens, 128);
+        c.m = masked ? (cli_round_up(2 * c.tokens, 128) > 128 ? cli_round_up(2 * c.tokens, 128) : 128)
+                     : G * cli_round_up(c.tokens, 128);
         c.rows = masked ? G * c.m : c.m;
         c.qa = malloc((size_t)(c.rows * k) + 1);
         c.sa = malloc(sizeof(float) * (size_t)(c.rows * kb) + 1);
@@ -256,7 +245,7 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
             bfp8_problem p;
             bfp8_decision dec;
             if ((st = bfp8_problem_from_grouped_gemm(&probe, &p)) == BFP8_OK) {
-                p.a_layouts = p.b_layouts = bfp8_layouts_for_format(BFP8_SCALE_FP32);
+                p.a_layouts = p.b_layouts = bfp8_scale_layouts_for(BFP8_SCALE_FP32);
                 if ((st = bfp8_dispatcher_select(d, &p, &dec)) == BFP8_OK) be = dec.backend;
             }
             if (st != BFP8_OK) {
@@ -269,9 +258,12 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
         c.g = (bfp8_grouped_gemm_args){.layout = o->layout, .groups = G, .m = c.m, .n = n, .k = k,
                                        .expected_m = c.tokens, .y_dtype = o->out_dtype, .device = o->device};
         if (st == BFP8_OK) {
-            const uint32_t fl = bfp8_layouts_for_format(BFP8_SCALE_FP32);
-            scales_for(&c, c.sa, masked ? G : 1, c.m, bfp8_act_layout(be->caps.a_layouts & fl), &c.g.a_scales, &st);
-            scales_for(&c, sb, G, nb, bfp8_first_layout(be->caps.b_layouts & fl), &c.g.b_scales, &st);
+            const uint32_t fl = bfp8_scale_layouts_for(BFP8_SCALE_FP32);
+            bfp8_scale_layout a_layout = BFP8_LAYOUT_ROW_MAJOR, b_layout = BFP8_LAYOUT_ROW_MAJOR;
+            bfp8_problem lp = {.device = o->device, .scale_format = BFP8_SCALE_FP32, .a_layouts = fl, .b_layouts = fl};
+            if (bfp8_backend_layouts(be, &lp, &a_layout, &b_layout) != BFP8_OK) st = BFP8_ERR_UNSUPPORTED;
+            scales_for(&c, c.sa, masked ? G : 1, c.m, a_layout, &c.g.a_scales, &st);
+            scales_for(&c, sb, G, nb, b_layout, &c.g.b_scales, &st);
             c.g.a = gb_put(&c, c.qa, (size_t)(c.rows * k), &st);
             c.g.b = gb_put(&c, qb, wbytes, &st);
             if (masked) c.g.masked_m = gb_put(&c, c.counts, sizeof(int32_t) * (size_t)G, &st);
@@ -296,18 +288,23 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
                 c.per_expert = calloc((size_t)G, sizeof *c.per_expert);
                 const bfp8_backend *lt = bfp8_dispatcher_find(d, o->baseline);
                 if (!c.per_expert) st = BFP8_ERR_OUT_OF_MEMORY;
-                else if (!lt) st = bfp8_fail(BFP8_ERR_NOT_FOUND, "no backend '%s' for the baseline", o->baseline);
+                else if (!lt) {
+                    cli_error(CLI_FAIL, cmd, "no backend '%s' for the baseline", o->baseline);
+                    st = BFP8_ERR_NOT_FOUND;
+                }
                 if (st == BFP8_OK && (st = bfp8_dispatcher_create_default(&c.base_d)) == BFP8_OK)
                     st = bfp8_dispatcher_set_policy(c.base_d, BFP8_POLICY_STRICT, o->baseline);
-                const uint32_t fl = bfp8_layouts_for_format(BFP8_SCALE_FP32);
+                const uint32_t fl = bfp8_scale_layouts_for(BFP8_SCALE_FP32);
                 for (int64_t e = 0; e < G && st == BFP8_OK; e++) {
                     bfp8_gemm_args *a = &c.per_expert[e];
                     const int64_t r0 = expert_row0(&c, e);
                     *a = (bfp8_gemm_args){.m = c.tokens, .n = n, .k = k, .a = c.g.a + r0 * k,
                                           .b = c.g.b + e * n * k, .y_dtype = o->out_dtype, .device = o->device};
                     /* Each expert's scales in cuBLASLt's layouts, its own output buffer. */
-                    const bfp8_scale_layout la = bfp8_act_layout(lt->caps.a_layouts & fl);
-                    const bfp8_scale_layout lb = bfp8_first_layout(lt->caps.b_layouts & fl);
+                    bfp8_scale_layout la = BFP8_LAYOUT_ROW_MAJOR, lb = BFP8_LAYOUT_ROW_MAJOR;
+                    const bfp8_problem lp = {.device = o->device, .scale_format = BFP8_SCALE_FP32, .a_layouts = fl,
+                                             .b_layouts = fl};
+                    if (bfp8_backend_layouts(lt, &lp, &la, &lb) != BFP8_OK) st = BFP8_ERR_UNSUPPORTED;
                     const size_t sab = bfp8_scales_bytes(la, c.tokens, kb), sbb = bfp8_scales_bytes(lb, nb, kb);
                     char *hs = calloc(1, (sab > sbb ? sab : sbb) + 1);
                     bfp8_scales src;
@@ -317,17 +314,17 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
                         bfp8_scales_init(&a->a_scales, BFP8_SCALE_FP32, la, c.tokens, kb, hs);
                         st = bfp8_scales_convert(&src, &a->a_scales);
                     }
-                    if (st == BFP8_OK && (st = bfp8_cuda_malloc(&a->a_scales.data, sab + 1)) == BFP8_OK)
+                    if (st == BFP8_OK && (st = bfp8_cuda_malloc(sab + 1, &a->a_scales.data)) == BFP8_OK)
                         st = bfp8_cuda_upload(a->a_scales.data, hs, sab);
                     if (st == BFP8_OK) {
                         bfp8_scales_init(&src, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, nb, kb, sb + e * nb * kb);
                         bfp8_scales_init(&a->b_scales, BFP8_SCALE_FP32, lb, nb, kb, hs);
                         st = bfp8_scales_convert(&src, &a->b_scales);
                     }
-                    if (st == BFP8_OK && (st = bfp8_cuda_malloc(&a->b_scales.data, sbb + 1)) == BFP8_OK)
+                    if (st == BFP8_OK && (st = bfp8_cuda_malloc(sbb + 1, &a->b_scales.data)) == BFP8_OK)
                         st = bfp8_cuda_upload(a->b_scales.data, hs, sbb);
                     if (st == BFP8_OK)
-                        st = bfp8_cuda_malloc(&a->y, (size_t)(c.tokens * n) * bfp8_dtype_size(o->out_dtype) + 1);
+                        st = bfp8_cuda_malloc((size_t)(c.tokens * n) * bfp8_dtype_size(o->out_dtype) + 1, &a->y);
                     free(hs);
                 }
             } else {
@@ -463,9 +460,9 @@ int cmd_bench_grouped(int argc, char **argv) {
         return cli_error(CLI_FAIL, cmd, "cannot write '%s'", o.json_path);
     }
     if (json) fprintf(json, "[");
-    const uint64_t seed = o.seed ? (uint64_t)o.seed : cli_seed_fresh() >> 1;
-    cli_rng rng;
-    cli_rng_init(&rng, seed);
+    const uint64_t seed = o.seed ? (uint64_t)o.seed : test_seed_fresh() >> 1;
+    test_rng rng;
+    test_rng_init(&rng, seed);
     printf("blockfp8 bench --grouped %s: %" PRId64 " experts, %s, %s output, %d thread(s), seed %llu; baseline: %s per "
            "expert\n", bfp8_grouped_layout_name(o.layout), o.experts, bfp8_device_name(o.device),
            bfp8_dtype_name(o.out_dtype), bfp8_get_num_threads(), (unsigned long long)seed, o.baseline);

@@ -2,6 +2,7 @@
  * order, with the backend each layer gets, its time, the step time and tokens/s; `--compare` runs the engines'
  * slow fallback beside it (the seed regression: every layer on the fallback kernel). */
 #include "cli.h"
+#include "cuda_timer.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -34,21 +35,22 @@ static const model_layer DSR1_LAYERS[] = {
 enum { NUM_LAYERS = sizeof DSR1_LAYERS / sizeof DSR1_LAYERS[0], MAX_BATCHES = 16 };
 
 /* Random FP8 codes (never the NaN codes) and random scales of the weight's format. */
-static bfp8_status random_weight(cli_rng *rng, int64_t n, int64_t k, bfp8_scale_format format, bfp8_weight **out) {
+static bfp8_status random_weight(test_rng *rng, int64_t n, int64_t k, bfp8_scale_format format, bfp8_weight **out) {
     int64_t nb = (n + 127) / 128, kb = (k + 127) / 128;
     uint8_t *q = malloc((size_t)(n * k));
     float *s = malloc(sizeof(float) * (size_t)(nb * kb));
     bfp8_status st = BFP8_ERR_OUT_OF_MEMORY;
     if (q && s) {
         for (int64_t i = 0; i < n * k; i++) {
-            uint8_t c = (uint8_t)(cli_rng_u64(rng) >> 56);
+            uint8_t c = (uint8_t)(test_rng_u64(rng) >> 56);
             q[i] = (c & 0x7F) == 0x7F ? (uint8_t)(c ^ 0x01) : c;
         }
         for (int64_t i = 0; i < nb * kb; i++)
-            s[i] = format == BFP8_SCALE_UE8M0 ? 1.0f / 4096.0f : 1e-4f * (1.0f + (float)(cli_rng_u64(rng) >> 40) / 16777216.0f);
+            s[i] = format == BFP8_SCALE_UE8M0 ? 1.0f / 4096.0f
+                                              : 1e-4f * (1.0f + (float)(test_rng_u64(rng) >> 40) / 16777216.0f);
         bfp8_scales desc;
         st = bfp8_scales_init(&desc, format, BFP8_LAYOUT_ROW_MAJOR, nb, kb, s);
-        if (st == BFP8_OK) st = bfp8_weight_create(out, q, n, k, &desc);
+        if (st == BFP8_OK) st = bfp8_weight_create(q, n, k, &desc, out);
     }
     free(q);
     free(s);
@@ -67,12 +69,14 @@ static bfp8_status run_layer(void *ctx) {
 }
 
 /* Median time of one layer in µs: CUDA events with the L2 flushed before each run on the GPU (in a real step
- * the weight was evicted by the layers before it), wall clock on the CPU. */
-static bfp8_status time_layer(layer_run *r, int iters, double *median_us) {
+ * the weight was evicted by the layers before it), wall clock on the CPU. A failure of the GPU timer itself is
+ * described in `why` (left empty otherwise: bfp8_last_error() tells). */
+static bfp8_status time_layer(layer_run *r, int iters, double *median_us, char *why, size_t why_size) {
     double times[64];
     if (iters > 64) iters = 64;
+    why[0] = '\0';
     if (r->args.device == BFP8_DEVICE_CUDA) {
-        bfp8_status st = bfp8_cuda_time(run_layer, r, 2, iters, BFP8_L2_CLEAN, NULL, times);
+        bfp8_status st = cli_cuda_time(run_layer, r, 2, iters, CLI_L2_CLEAN, NULL, times, why, why_size);
         if (st == BFP8_OK) *median_us = cli_median(times, iters);
         return st;
     }
@@ -95,16 +99,16 @@ typedef struct io_buffers {
     bfp8_device device;
 } io_buffers;
 
-static bfp8_status io_alloc(io_buffers *io, cli_rng *rng, int64_t m, int64_t n, int64_t k) {
+static bfp8_status io_alloc(io_buffers *io, test_rng *rng, int64_t m, int64_t n, int64_t k) {
     size_t xb = (size_t)(m * k) * 2, yb = (size_t)(m * n) * 2;
     void *hx = malloc(xb ? xb : 1);
     if (!hx) return BFP8_ERR_OUT_OF_MEMORY;
-    cli_fill_normal(rng, hx, BFP8_DTYPE_BF16, m * k, 1.0f);
+    test_rng_fill_normal(rng, hx, BFP8_DTYPE_BF16, m * k, 1.0f);
     bfp8_status st = BFP8_OK;
     if (io->device == BFP8_DEVICE_CUDA) {
-        st = bfp8_cuda_malloc(&io->x, xb ? xb : 1);
+        st = bfp8_cuda_malloc(xb ? xb : 1, &io->x);
         if (st == BFP8_OK) st = bfp8_cuda_upload(io->x, hx, xb);
-        if (st == BFP8_OK) st = bfp8_cuda_malloc(&io->y, yb ? yb : 1);
+        if (st == BFP8_OK) st = bfp8_cuda_malloc(yb ? yb : 1, &io->y);
         free(hx);
     } else {
         io->x = hx;
@@ -196,8 +200,8 @@ int cmd_bench_model(int argc, char **argv) {
         }
     }
 
-    cli_rng rng;
-    cli_rng_init(&rng, seed ? (uint64_t)seed : cli_seed_fresh());
+    test_rng rng;
+    test_rng_init(&rng, seed ? (uint64_t)seed : test_seed_fresh());
     bfp8_weight *weights[NUM_LAYERS] = {0};
     int rc = CLI_OK;
     fprintf(stderr, "bench: building %d random DeepSeek-R1 layers (%s scales) on %s...\n", NUM_LAYERS,
@@ -234,17 +238,19 @@ int cmd_bench_model(int argc, char **argv) {
             bfp8_problem p;
             bfp8_decision dec;
             double t_main = 0, t_fb = 0;
+            char why[BFP8_REASON_MAX] = "";
             if (st == BFP8_OK) st = bfp8_problem_from_linear(r.w, &r.args, &p);
             if (st == BFP8_OK) st = bfp8_dispatcher_select(d_main, &p, &dec);
-            if (st == BFP8_OK) st = time_layer(&r, (int)iters, &t_main);
+            if (st == BFP8_OK) st = time_layer(&r, (int)iters, &t_main, why, sizeof why);
             if (st == BFP8_OK && compare) {
                 r.d = d_fallback;
-                st = time_layer(&r, (int)iters, &t_fb);
+                st = time_layer(&r, (int)iters, &t_fb, why, sizeof why);
             }
             io_free(&io);
             if (st != BFP8_OK) {
                 fprintf(stderr, "\n");
-                rc = cli_lib_error(cmd, L->name, st);
+                rc = why[0] ? cli_error(CLI_FAIL, cmd, "%s: %s: %s", L->name, bfp8_status_name(st), why)
+                            : cli_lib_error(cmd, L->name, st);
                 break;
             }
             step_main += t_main;

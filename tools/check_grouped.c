@@ -4,7 +4,6 @@
  * run must write every used row and leave every unused one (padding, beyond masked_m) as it was. `ref` itself is
  * held against an fp64 product of the dequantized operands. */
 #include "cli.h"
-#include "internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -43,7 +42,7 @@ static void free_gcase(gcase *c) {
     free(c->qa), free(c->qb), free(c->sa), free(c->sb), free(c->idx), free(c->masked_m), free(c->expected);
 }
 
-static bfp8_status make_gcase(gcase *c, cli_rng *rng, const gshape *s, bfp8_scale_format format) {
+static bfp8_status make_gcase(gcase *c, test_rng *rng, const gshape *s, bfp8_scale_format format) {
     memset(c, 0, sizeof *c);
     c->s = s;
     c->layout = s->pattern == GP_MASKED ? BFP8_GROUPED_MASKED : BFP8_GROUPED_CONTIGUOUS;
@@ -64,21 +63,21 @@ static bfp8_status make_gcase(gcase *c, cli_rng *rng, const gshape *s, bfp8_scal
     if (!a || !b || !c->qa || !c->qb || !c->sa || !c->sb || !c->idx || !c->masked_m || !c->expected) goto out;
     /* Magnitudes differ per row and per group, so a row computed with another group's weight shows. */
     for (int64_t r = 0; r < c->rows; r++)
-        cli_fill_normal(rng, a + r * s->k, BFP8_DTYPE_F32, s->k, ldexpf(1.0f, (int)(cli_rng_u64(rng) % 9) - 4));
+        test_rng_fill_normal(rng, a + r * s->k, BFP8_DTYPE_F32, s->k, ldexpf(1.0f, (int)(test_rng_u64(rng) % 9) - 4));
     for (int64_t g = 0; g < s->groups; g++)
         for (int64_t j = 0; j < s->n; j++)
-            cli_fill_normal(rng, b + (g * s->n + j) * s->k, BFP8_DTYPE_F32, s->k,
-                            ldexpf(1.0f, (int)((g + cli_rng_u64(rng) % 3) % 7) - 3) / sqrtf((float)s->k));
+            test_rng_fill_normal(rng, b + (g * s->n + j) * s->k, BFP8_DTYPE_F32, s->k,
+                            ldexpf(1.0f, (int)((g + test_rng_u64(rng) % 3) % 7) - 3) / sqrtf((float)s->k));
     if (s->pattern == GP_MASKED) {
         for (int64_t g = 0; g < s->groups; g++)
-            c->masked_m[g] = g == 0 ? 0 : g == 1 ? (int32_t)s->m : (int32_t)(cli_rng_u64(rng) % (uint64_t)(s->m + 1));
+            c->masked_m[g] = g == 0 ? 0 : g == 1 ? (int32_t)s->m : (int32_t)(test_rng_u64(rng) % (uint64_t)(s->m + 1));
     } else if (s->pattern == GP_SCATTERED) {
-        for (int64_t r = 0; r < s->m; r++) c->idx[r] = (int32_t)(cli_rng_u64(rng) % (uint64_t)(s->groups + 1)) - 1;
+        for (int64_t r = 0; r < s->m; r++) c->idx[r] = (int32_t)(test_rng_u64(rng) % (uint64_t)(s->groups + 1)) - 1;
     } else {
         /* DeepGEMM's layout: segments in group order, each padded with -1 rows to a multiple of 128; group 1 empty. */
         int64_t r = 0;
         for (int64_t g = 0; g < s->groups && r < s->m; g++) {
-            int64_t rows = g == 1 ? 0 : 1 + (int64_t)(cli_rng_u64(rng) % 128);
+            int64_t rows = g == 1 ? 0 : 1 + (int64_t)(test_rng_u64(rng) % 128);
             for (int64_t i = 0; i < rows && r < s->m; i++) c->idx[r++] = (int32_t)g;
             while (r < s->m && r % 128) c->idx[r++] = -1;
         }
@@ -134,12 +133,12 @@ typedef struct gbufs {
 static bfp8_status put(gbufs *gb, const void *host, size_t bytes, void **out) {
     void *p = NULL;
     if (gb->device == BFP8_DEVICE_CUDA) {
-        BFP8_TRY(bfp8_cuda_malloc(&p, bytes ? bytes : 1));
+        CLI_TRY(bfp8_cuda_malloc(bytes ? bytes : 1, &p));
         gb->ptr[gb->count++] = p;
-        if (bytes) BFP8_TRY(bfp8_cuda_upload(p, host, bytes));
+        if (bytes) CLI_TRY(bfp8_cuda_upload(p, host, bytes));
     } else {
         p = malloc(bytes ? bytes : 1);
-        if (!p) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "out of memory");
+        if (!p) return BFP8_ERR_OUT_OF_MEMORY;
         gb->ptr[gb->count++] = p;
         if (bytes) memcpy(p, host, bytes);
     }
@@ -181,13 +180,13 @@ static grun run_grouped(bfp8_dispatcher *d, const bfp8_backend *b, const gcase *
                         const void *bias, bfp8_dtype bias_dtype, float *y32, int64_t *touched, char *why,
                         size_t why_size) {
     const gshape *s = c->s;
-    const uint32_t fl = bfp8_layouts_for_format(c->format);
+    const uint32_t fl = bfp8_scale_layouts_for(c->format);
     const uint32_t a_set = b->caps.a_layouts & fl, b_set = b->caps.b_layouts & fl;
     const bool masked = c->layout == BFP8_GROUPED_MASKED;
-    bfp8_problem p = {.device = b->caps.device, .arch = b->caps.device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0,
+    bfp8_problem p = {.device = b->caps.device, .arch = b->caps.device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
                       .m = s->m, .n = s->n, .k = s->k, .out_dtype = out, .scale_format = c->format,
-                      .a_layouts = a_set ? BFP8_BIT(bfp8_first_layout(a_set)) : fl,
-                      .b_layouts = b_set ? BFP8_BIT(bfp8_first_layout(b_set)) : fl, .has_bias = bias != NULL,
+                      .a_layouts = a_set ? BFP8_BIT(cli_first_layout(a_set)) : fl,
+                      .b_layouts = b_set ? BFP8_BIT(cli_first_layout(b_set)) : fl, .has_bias = bias != NULL,
                       .bias_dtype = bias ? bias_dtype : BFP8_DTYPE_F32, .grouped = c->layout, .groups = s->groups,
                       .expected_m = masked ? s->m / 2 + 1 : s->m / s->groups + 1};
     if (!bfp8_backend_check(b, &p, why, why_size)) return GRUN_UNSUPPORTED;
@@ -201,8 +200,8 @@ static grun run_grouped(bfp8_dispatcher *d, const bfp8_backend *b, const gcase *
                                 .device = b->caps.device};
     grun res = GRUN_FAIL;
     bfp8_status st = BFP8_ERR_OUT_OF_MEMORY;
-    sa_host = convert_scales(c, c->sa, masked ? s->groups : 1, s->m, bfp8_first_layout(a_set), &g.a_scales, &sa_bytes);
-    sb_host = convert_scales(c, c->sb, s->groups, c->nb, bfp8_first_layout(b_set), &g.b_scales, &sb_bytes);
+    sa_host = convert_scales(c, c->sa, masked ? s->groups : 1, s->m, cli_first_layout(a_set), &g.a_scales, &sa_bytes);
+    sb_host = convert_scales(c, c->sb, s->groups, c->nb, cli_first_layout(b_set), &g.b_scales, &sb_bytes);
     if (!y_host || !sa_host || !sb_host) goto out;
     memset(y_host, 0xFF, y_bytes); /* NaN in every float dtype */
     if ((st = put(&gb, c->qa, (size_t)(c->rows * s->k), &dev))) goto out;
@@ -239,7 +238,7 @@ static grun run_grouped(bfp8_dispatcher *d, const bfp8_backend *b, const gcase *
     *touched = 0;
     for (int64_t r = 0; r < c->rows; r++) {
         const unsigned char *row = y_host + (size_t)r * row_bytes;
-        for (int64_t j = 0; j < s->n; j++) y32[r * s->n + j] = bfp8_load_f32(row, out, j);
+        for (int64_t j = 0; j < s->n; j++) y32[r * s->n + j] = test_load_f32(row, out, j);
         if (row_group(c, r) < 0)
             for (size_t i = 0; i < row_bytes; i++) *touched += row[i] != 0xFF;
     }
@@ -273,7 +272,7 @@ int check_grouped(bfp8_dispatcher *d, bfp8_dispatcher **strict, const char *only
     const bfp8_dtype outs[] = {BFP8_DTYPE_BF16, BFP8_DTYPE_F16, BFP8_DTYPE_F32};
     const bfp8_backend *ref = bfp8_dispatcher_find(d, "ref");
     size_t ref_index = 0;
-    while (bfp8_dispatcher_get(d, ref_index) != ref) ref_index++;
+    while (bfp8_dispatcher_at(d, ref_index) != ref) ref_index++;
     int *ok = calloc(nbackends, sizeof *ok), *fail = calloc(nbackends, sizeof *fail);
     int *unsupported = calloc(nbackends, sizeof *unsupported);
     char (*first_reason)[BFP8_REASON_MAX] = calloc(nbackends, sizeof *first_reason);
@@ -283,8 +282,8 @@ int check_grouped(bfp8_dispatcher *d, bfp8_dispatcher **strict, const char *only
     }
     printf("grouped: %zu problems (contiguous: 128-aligned segments, scattered rows, G=256; masked: masked_m 0..max_m)"
            " x 2 scale formats x 3 output dtypes, bias on every other case\n", nshapes);
-    cli_rng rng;
-    cli_rng_init(&rng, seed ^ 0x9E3779B97F4A7C15ull);
+    test_rng rng;
+    test_rng_init(&rng, seed ^ 0x9E3779B97F4A7C15ull);
     int case_id = 0;
     for (size_t si = 0; si < nshapes; si++) {
         const gshape *s = &gshapes[si];
@@ -303,12 +302,12 @@ int check_grouped(bfp8_dispatcher *d, bfp8_dispatcher **strict, const char *only
             for (int oi = 0; oi < 3; oi++, case_id++) {
                 const bfp8_dtype out = outs[oi], bias_dtype = outs[(oi + (size_t)case_id) % 3];
                 const bool with_bias = case_id % 2;
-                if (with_bias) cli_fill_normal(&rng, bias, bias_dtype, s->groups * s->n, 0.5f);
+                if (with_bias) test_rng_fill_normal(&rng, bias, bias_dtype, s->groups * s->n, 0.5f);
                 for (int64_t r = 0; r < rows; r++) {
                     const int32_t g = row_group(&c, r);
                     for (int64_t j = 0; j < s->n; j++)
                         expected[r * s->n + j] = g < 0 ? NAN : (float)(c.expected[r * s->n + j] +
-                            (with_bias ? (double)bfp8_load_f32(bias, bias_dtype, g * s->n + j) : 0.0));
+                            (with_bias ? (double)test_load_f32(bias, bias_dtype, g * s->n + j) : 0.0));
                 }
                 char desc[200], why[BFP8_REASON_MAX];
                 snprintf(desc, sizeof desc, "%s G=%lld m=%lld N=%lld K=%lld out=%s scales=%s bias=%s",
@@ -322,7 +321,7 @@ int check_grouped(bfp8_dispatcher *d, bfp8_dispatcher **strict, const char *only
                                            &touched, why, sizeof why);
                 if (ref_res == GRUN_OK && touched) ref_res = GRUN_FAIL;
                 for (size_t bi = 0; bi < nbackends; bi++) {
-                    const bfp8_backend *b = bfp8_dispatcher_get(d, bi);
+                    const bfp8_backend *b = bfp8_dispatcher_at(d, bi);
                     if (only && strcmp(b->name, only) != 0) continue;
                     grun r = b == ref ? ref_res
                                       : run_grouped(strict[bi], b, &c, out, with_bias ? bias : NULL, bias_dtype, y32,
@@ -338,7 +337,7 @@ int check_grouped(bfp8_dispatcher *d, bfp8_dispatcher **strict, const char *only
                         r = GRUN_FAIL;
                         snprintf(why, sizeof why, "the reference failed on this case");
                     }
-                    const double tol = b == ref ? cli_tolerance(out, BFP8_DEVICE_CPU) / 2 : cli_tolerance(out, b->caps.device);
+                    const double tol = b == ref ? test_tolerance(out, BFP8_DEVICE_CPU) / 2 : test_tolerance(out, b->caps.device);
                     if (r == GRUN_OK) {
                         int64_t nans;
                         const double err = used_rows_error(&c, y32, b == ref ? expected : ref32, &nans);
@@ -369,7 +368,7 @@ int check_grouped(bfp8_dispatcher *d, bfp8_dispatcher **strict, const char *only
     }
     printf("grouped results (vs ref; ref vs an fp64 product of the dequantized operands):\n");
     for (size_t bi = 0; bi < nbackends; bi++) {
-        const bfp8_backend *b = bfp8_dispatcher_get(d, bi);
+        const bfp8_backend *b = bfp8_dispatcher_at(d, bi);
         if (only && strcmp(b->name, only) != 0) continue;
         *any_fail |= fail[bi] > 0;
         printf("  %-14s %-13s %d passed, %d failed, %d not supported\n", b->name,

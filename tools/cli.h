@@ -2,10 +2,25 @@
 #ifndef BFP8_CLI_H
 #define BFP8_CLI_H
 
-#include "blockfp8.h"
+#include "blockfp8_backend.h" /* the CLI reads backends' names and caps */
+#include "common/devbuf.h"
+#include "common/numerics.h" /* tests/common: the tolerance table and error metrics the tests use */
+#include "common/rng.h"
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Returns the status of `expr` from the calling function when it is not BFP8_OK. */
+#define CLI_TRY(expr)                                                                                            \
+    do {                                                                                                         \
+        bfp8_status cli_try_status_ = (expr);                                                                    \
+        if (cli_try_status_ != BFP8_OK) return cli_try_status_;                                                  \
+    } while (0)
+/* a rounded up to a multiple of b (b > 0, no overflow check: for the CLI's own small sizes). */
+static inline int64_t cli_round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+/* The lowest-numbered layout of a non-empty BFP8_BIT(layout) set. */
+static inline bfp8_scale_layout cli_first_layout(uint32_t set) { return (bfp8_scale_layout)__builtin_ctz(set); }
 
 /* Exit statuses: 0 ok, 1 runtime failure (I/O, numerics, unsupported), 2 usage error. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -52,38 +67,12 @@ int cli_want_i64(const char *cmd, const char *usage, const char *opt, const char
 /* Output dtypes a GEMM can write: "bf16", "fp16"/"f16", "fp32"/"f32" (the names bfp8_dtype_parse takes). */
 bool cli_parse_out_dtype(const char *s, bfp8_dtype *out);
 
-/* Seeded xorshift64* generator; cli_seed_fresh() draws a seed from /dev/urandom (never 0). */
-typedef struct cli_rng { uint64_t state; } cli_rng;
-uint64_t cli_seed_fresh(void);
-void cli_rng_init(cli_rng *r, uint64_t seed);
-uint64_t cli_rng_u64(cli_rng *r);
-/* Roughly normal values (sum of four uniforms) with standard deviation about `stddev`. */
-float cli_rng_normal(cli_rng *r, float stddev);
-/* Fills n elements of a float-typed array (f32/bf16/f16) with rounded normal values. */
-void cli_fill_normal(cli_rng *r, void *p, bfp8_dtype dtype, int64_t n, float stddev);
-
-/* n elements of a float-typed array as fp32 (malloc'ed; NULL when out of memory or not a float dtype). */
-float *cli_to_f32(const void *p, bfp8_dtype dtype, int64_t n);
-/* ||y - ref|| / ||ref|| in double (0 when both are empty or zero; inf when only ref is zero). */
-double cli_rel_frobenius(const float *y, const float *ref, int64_t n);
-/* DeepGEMM's calc_diff: 1 - 2*sum(x*y) / sum(x*x + y*y), in double. */
-double cli_calc_diff(const float *x, const float *y, int64_t n);
-/* Count of NaN elements (the poison left where nothing was written). */
-int64_t cli_count_nan(const float *p, int64_t n);
-/* DESIGN section 3 tolerance of the relative Frobenius error vs ref for an output dtype on a device. */
-double cli_tolerance(bfp8_dtype out_dtype, bfp8_device device);
-
 /* The process-wide default dispatcher; on failure (e.g. a BFP8_BACKEND nobody knows) prints
  * "blockfp8 <cmd>: ..." to stderr and returns NULL. */
 bfp8_dispatcher *cli_default_dispatcher(const char *cmd);
 /* Applies --backend/--strict to a dispatcher: no name -> leave its policy (auto or BFP8_BACKEND); a name ->
  * prefer it (strict with `strict`); the dispatcher judges unknown names. */
 bfp8_status cli_apply_policy(bfp8_dispatcher *d, const char *backend, bool strict);
-/* The problem a host bfp8_linear call on `d` poses for an [m, k] x [n, k] GEMM: the activation-scale layouts
- * quantization can produce, the weight-scale layouts the prepared weight holds (all of them when w is NULL). */
-void cli_linear_problem(bfp8_problem *p, bfp8_device device, int arch, int64_t m, int64_t n, int64_t k,
-                        bfp8_dtype out_dtype, bfp8_scale_format format, const bfp8_weight *w, bool has_bias,
-                        bfp8_dtype bias_dtype);
 
 /* True (after printing "blockfp8 <cmd>: refusing to write OUT: it is the input IN") when the output path names
  * one of the inputs: the same file (stat: symlinks and hard links included), the same string, or, for an output
@@ -94,6 +83,11 @@ bool cli_output_is_input(const char *cmd, const char *out, const char *const *in
  * ignores stays ignored); the signal then ends the process as it would have. Test hook:
  * BFP8_CLI_TEST_WRITE_DELAY_MS=N waits N ms once the temp file exists, so a test can signal it there. */
 bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, size_t count);
+
+/* The problem a bfp8_linear call poses for an [n, k] layer whose weight is prepared in every layout of `format`
+ * (bfp8_problem_for_linear): what explain and `linear --device auto` ask the dispatcher about. */
+bfp8_status cli_layer_problem(bfp8_device device, int64_t m, int64_t n, int64_t k, bfp8_dtype out_dtype,
+                              bfp8_scale_format format, bool has_bias, bfp8_dtype bias_dtype, bfp8_problem *out);
 
 /* The OpenBLAS baseline (tools/openblas.c), loaded with dlopen on demand: cli_openblas_load prints the reason and
  * returns CLI_FAIL when it cannot be loaded; the others need a successful load. C = A W^T in fp32 (row-major A

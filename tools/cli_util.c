@@ -1,6 +1,6 @@
-/* Helpers shared by the CLI's subcommands: errors, option parsing, random data, error metrics, policies. */
+/* Helpers shared by the CLI's subcommands: errors, option parsing, timing statistics, policies. */
 #include "cli.h"
-#include "internal.h" /* bfp8_layouts_for_format: the layouts bfp8_linear offers for activations */
+#include "cuda_timer.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -129,93 +129,6 @@ double cli_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-uint64_t cli_seed_fresh(void) {
-    uint64_t seed = 0;
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (!f || fread(&seed, sizeof seed, 1, f) != 1) seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
-    if (f) fclose(f);
-    return seed ? seed : 1;
-}
-
-void cli_rng_init(cli_rng *r, uint64_t seed) { r->state = seed ? seed : 0x9E3779B97F4A7C15ull; }
-
-uint64_t cli_rng_u64(cli_rng *r) {
-    uint64_t x = r->state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    r->state = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-
-float cli_rng_normal(cli_rng *r, float stddev) {
-    /* Sum of four uniforms in [-1, 1): variance 4/3, so 0.866 brings it to about 1. */
-    double s = 0;
-    for (int i = 0; i < 4; i++) s += (double)(cli_rng_u64(r) >> 11) / 9007199254740992.0 * 2.0 - 1.0; /* 53 bits / 2^53 */
-    return (float)(s * 0.8660254 * stddev);
-}
-
-void cli_fill_normal(cli_rng *r, void *p, bfp8_dtype dtype, int64_t n, float stddev) {
-    for (int64_t i = 0; i < n; i++) {
-        float v = cli_rng_normal(r, stddev);
-        switch (dtype) {
-        case BFP8_DTYPE_BF16: ((uint16_t *)p)[i] = bfp8_bf16_from_f32(v); break;
-        case BFP8_DTYPE_F16: ((uint16_t *)p)[i] = bfp8_f16_from_f32(v); break;
-        default: ((float *)p)[i] = v; break;
-        }
-    }
-}
-
-float *cli_to_f32(const void *p, bfp8_dtype dtype, int64_t n) {
-    float *out;
-    if (n < 0 || (dtype != BFP8_DTYPE_F32 && dtype != BFP8_DTYPE_BF16 && dtype != BFP8_DTYPE_F16)) return NULL;
-    out = malloc((size_t)(n ? n : 1) * sizeof *out);
-    if (!out) return NULL;
-    for (int64_t i = 0; i < n; i++) {
-        switch (dtype) {
-        case BFP8_DTYPE_BF16: out[i] = bfp8_bf16_to_f32(((const uint16_t *)p)[i]); break;
-        case BFP8_DTYPE_F16: out[i] = bfp8_f16_to_f32(((const uint16_t *)p)[i]); break;
-        default: out[i] = ((const float *)p)[i]; break;
-        }
-    }
-    return out;
-}
-
-double cli_rel_frobenius(const float *y, const float *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)y[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * (double)ref[i];
-    }
-    if (den == 0) return num == 0 ? 0.0 : INFINITY;
-    return sqrt(num / den);
-}
-
-double cli_calc_diff(const float *x, const float *y, int64_t n) {
-    double xy = 0, sq = 0;
-    for (int64_t i = 0; i < n; i++) {
-        xy += (double)x[i] * (double)y[i];
-        sq += (double)x[i] * (double)x[i] + (double)y[i] * (double)y[i];
-    }
-    if (sq == 0) return 0.0;
-    return 1.0 - 2.0 * xy / sq;
-}
-
-int64_t cli_count_nan(const float *p, int64_t n) {
-    int64_t c = 0;
-    for (int64_t i = 0; i < n; i++) c += isnan(p[i]) ? 1 : 0;
-    return c;
-}
-
-double cli_tolerance(bfp8_dtype out_dtype, bfp8_device device) {
-    switch (out_dtype) {
-    case BFP8_DTYPE_BF16: return 8e-3;
-    case BFP8_DTYPE_F16: return 1e-3;
-    default: return device == BFP8_DEVICE_CPU ? 1e-5 : 2.5e-4;
-    }
-}
-
 bfp8_dispatcher *cli_default_dispatcher(const char *cmd) {
     bfp8_dispatcher *d = bfp8_dispatcher_default();
     if (!d) cli_error(CLI_FAIL, cmd, "%s", bfp8_last_error());
@@ -227,27 +140,12 @@ bfp8_status cli_apply_policy(bfp8_dispatcher *d, const char *backend, bool stric
     return bfp8_dispatcher_set_policy(d, strict ? BFP8_POLICY_STRICT : BFP8_POLICY_PREFER, backend);
 }
 
-void cli_linear_problem(bfp8_problem *p, bfp8_device device, int arch, int64_t m, int64_t n, int64_t k,
-                        bfp8_dtype out_dtype, bfp8_scale_format format, const bfp8_weight *w, bool has_bias,
-                        bfp8_dtype bias_dtype) {
-    const uint32_t all = bfp8_layouts_for_format(format);
-    bfp8_weight_info info;
-    memset(p, 0, sizeof *p);
-    p->device = device;
-    p->arch = arch;
-    p->m = m;
-    p->n = n;
-    p->k = k;
-    p->out_dtype = out_dtype;
-    p->scale_format = format;
-    /* As bfp8_linear poses it: activations are quantized per call, so any layout of the format is on offer. */
-    p->a_layouts = all;
-    p->b_layouts = all;
-    if (w && bfp8_weight_info_get(w, &info) == BFP8_OK)
-        p->b_layouts = device == BFP8_DEVICE_CPU ? info.host_layouts : info.device_layouts;
-    p->has_bias = has_bias;
-    p->bias_dtype = has_bias ? bias_dtype : BFP8_DTYPE_F32;
-    p->act_from_prior_kernel = device == BFP8_DEVICE_CUDA; /* quantized on the device just before the GEMM */
+bfp8_status cli_layer_problem(bfp8_device device, int64_t m, int64_t n, int64_t k, bfp8_dtype out_dtype,
+                              bfp8_scale_format format, bool has_bias, bfp8_dtype bias_dtype, bfp8_problem *out) {
+    const uint32_t layouts = bfp8_scale_layouts_for(format);
+    const bfp8_weight_info wi = {.n = n, .k = k, .scale_format = format, .host_layouts = layouts,
+                                 .device_layouts = layouts};
+    return bfp8_problem_for_linear(&wi, device, m, out_dtype, has_bias, bias_dtype, out);
 }
 
 /* --- outputs that could destroy an input ------------------------------------------------------------------------ */
@@ -346,4 +244,29 @@ bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, 
     install_cleanup_handlers();
     const bfp8_write_options options = {.on_temp = register_temp};
     return bfp8_safetensors_write_ex(path, tensors, count, &options);
+}
+
+bfp8_status cli_time_median(bfp8_device device, int warmup, int iters, cli_l2_flush flush, bfp8_status (*fn)(void *ctx),
+                            void *ctx, double *median_us, char *why, size_t why_size) {
+    double *t = malloc(sizeof(double) * (size_t)(iters > 0 ? iters : 1));
+    why[0] = '\0';
+    if (!t) {
+        snprintf(why, why_size, "out of memory");
+        return BFP8_ERR_OUT_OF_MEMORY;
+    }
+    bfp8_status st = BFP8_OK;
+    if (device == BFP8_DEVICE_CUDA) {
+        st = cli_cuda_time(fn, ctx, warmup, iters, flush, NULL, t, why, why_size);
+    } else {
+        for (int i = 0; i < warmup && st == BFP8_OK; i++) st = fn(ctx);
+        for (int i = 0; i < iters && st == BFP8_OK; i++) {
+            double t0 = cli_now();
+            st = fn(ctx);
+            t[i] = (cli_now() - t0) * 1e6;
+        }
+    }
+    if (st != BFP8_OK && !why[0]) snprintf(why, why_size, "%s", bfp8_last_error());
+    if (st == BFP8_OK) *median_us = cli_median(t, iters);
+    free(t);
+    return st;
 }

@@ -3,7 +3,6 @@
  * that declares it cannot run a case is NOT SUPPORTED for it, which is not a failure. The reference itself is held
  * against an fp64 product of the dequantized operands computed here. */
 #include "cli.h"
-#include "internal.h" /* bfp8_first_layout, bfp8_layouts_for_format, bfp8_cuda_current_arch */
 
 #include <math.h>
 #include <stdio.h>
@@ -56,7 +55,7 @@ typedef struct check_tally {
 
 /* Random operands whose rows differ in magnitude by up to 2^+-6, so that a scale applied to the wrong row or
  * block shows. */
-static bfp8_status make_case(check_case *c, cli_rng *rng, const check_shape *s, bfp8_scale_format format) {
+static bfp8_status make_case(check_case *c, test_rng *rng, const check_shape *s, bfp8_scale_format format) {
     memset(c, 0, sizeof *c);
     c->m = s->m;
     c->n = s->n;
@@ -76,12 +75,12 @@ static bfp8_status make_case(check_case *c, cli_rng *rng, const check_shape *s, 
     bfp8_status st = BFP8_ERR_OUT_OF_MEMORY;
     if (!a || !b || !da || !db || !c->qa || !c->qb || !c->sa || !c->sb || !c->expected) goto out;
     for (int64_t i = 0; i < s->m; i++) {
-        const float row_scale = ldexpf(1.0f, (int)(cli_rng_u64(rng) % 13) - 6);
-        cli_fill_normal(rng, a + i * s->k, BFP8_DTYPE_F32, s->k, row_scale);
+        const float row_scale = ldexpf(1.0f, (int)(test_rng_u64(rng) % 13) - 6);
+        test_rng_fill_normal(rng, a + i * s->k, BFP8_DTYPE_F32, s->k, row_scale);
     }
     for (int64_t j = 0; j < s->n; j++) {
-        const float row_scale = ldexpf(1.0f, (int)(cli_rng_u64(rng) % 13) - 6);
-        cli_fill_normal(rng, b + j * s->k, BFP8_DTYPE_F32, s->k, row_scale / sqrtf((float)s->k));
+        const float row_scale = ldexpf(1.0f, (int)(test_rng_u64(rng) % 13) - 6);
+        test_rng_fill_normal(rng, b + j * s->k, BFP8_DTYPE_F32, s->k, row_scale / sqrtf((float)s->k));
     }
     bfp8_scales sa, sb;
     if ((st = bfp8_scales_init(&sa, format, BFP8_LAYOUT_ROW_MAJOR, s->m, c->kblocks, c->sa)) != BFP8_OK ||
@@ -113,39 +112,6 @@ static void free_case(check_case *c) {
     free(c->expected);
 }
 
-/* Host or device buffers of one run, in the layouts the backend consumes. */
-typedef struct run_buffers {
-    bfp8_device device;
-    void *ptr[6];
-    int count;
-} run_buffers;
-
-static bfp8_status buf_put(run_buffers *rb, const void *host, size_t bytes, void **out) {
-    void *p = NULL;
-    if (rb->device == BFP8_DEVICE_CUDA) {
-        BFP8_TRY(bfp8_cuda_malloc(&p, bytes ? bytes : 1));
-        rb->ptr[rb->count++] = p;
-        if (host && bytes) BFP8_TRY(bfp8_cuda_upload(p, host, bytes));
-    } else {
-        p = malloc(bytes ? bytes : 1);
-        if (!p) return BFP8_ERR_OUT_OF_MEMORY;
-        rb->ptr[rb->count++] = p;
-        if (host && bytes) memcpy(p, host, bytes);
-    }
-    *out = p;
-    return BFP8_OK;
-}
-
-static void buf_free(run_buffers *rb) {
-    for (int i = 0; i < rb->count; i++) {
-        if (rb->device == BFP8_DEVICE_CUDA)
-            bfp8_cuda_free(rb->ptr[i]);
-        else
-            free(rb->ptr[i]);
-    }
-    rb->count = 0;
-}
-
 /* Scales of a case in `layout` (host), for upload. */
 static bfp8_status scales_in_layout(const check_case *c, const float *row_major, int64_t rows,
                                     bfp8_scale_layout layout, void **host, bfp8_scales *desc) {
@@ -153,9 +119,9 @@ static bfp8_status scales_in_layout(const check_case *c, const float *row_major,
     const size_t bytes = bfp8_scales_bytes(layout, rows, c->kblocks);
     *host = malloc(bytes ? bytes : 1);
     if (!*host) return BFP8_ERR_OUT_OF_MEMORY;
-    BFP8_TRY(bfp8_scales_init(&src, c->format, BFP8_LAYOUT_ROW_MAJOR, rows, c->kblocks, (void *)row_major));
-    BFP8_TRY(bfp8_scales_init(desc, c->format, layout, rows, c->kblocks, *host));
-    return bfp8_scales_convert(&src, desc);
+    bfp8_status st = bfp8_scales_init(&src, c->format, BFP8_LAYOUT_ROW_MAJOR, rows, c->kblocks, (void *)row_major);
+    if (st == BFP8_OK) st = bfp8_scales_init(desc, c->format, layout, rows, c->kblocks, *host);
+    return st == BFP8_OK ? bfp8_scales_convert(&src, desc) : st;
 }
 
 typedef enum run_result { RUN_OK, RUN_FAIL, RUN_UNSUPPORTED } run_result;
@@ -163,39 +129,45 @@ typedef enum run_result { RUN_OK, RUN_FAIL, RUN_UNSUPPORTED } run_result;
 /* Runs `b` (through a strict dispatcher `d`) on one case; y32 receives its output as fp32. */
 static run_result run_backend(bfp8_dispatcher *d, const bfp8_backend *b, const check_case *c, bfp8_dtype out_dtype,
                               const void *bias, bfp8_dtype bias_dtype, float *y32, char *why, size_t why_size) {
-    const uint32_t formats_layouts = bfp8_layouts_for_format(c->format);
+    const uint32_t layouts = bfp8_scale_layouts_for(c->format);
     const int64_t nb = (c->n + BFP8_BLOCK - 1) / BFP8_BLOCK;
     run_result res = RUN_FAIL;
     void *sa_host = NULL, *sb_host = NULL, *y_host = NULL;
-    run_buffers rb = {.device = b->caps.device};
+    test_buffers rb = {.device = b->caps.device};
     bfp8_gemm_args g = {.m = c->m, .n = c->n, .k = c->k, .bias_dtype = bias_dtype, .y_dtype = out_dtype,
                         .device = b->caps.device};
     bfp8_status st;
 
-    /* The layouts it consumes; none for this format is a declared "cannot". */
-    const uint32_t a_set = b->caps.a_layouts & formats_layouts, b_set = b->caps.b_layouts & formats_layouts;
+    /* Every layout of the format on offer; the backend gets those bfp8_linear would hand it. A backend that
+     * consumes none of them, or cannot run the problem otherwise, declares a "cannot". */
     bfp8_problem p = {.device = b->caps.device,
-                      .arch = b->caps.device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0,
+                      .arch = b->caps.device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
                       .m = c->m, .n = c->n, .k = c->k, .out_dtype = out_dtype, .scale_format = c->format,
-                      .a_layouts = a_set ? BFP8_BIT(bfp8_first_layout(a_set)) : formats_layouts,
-                      .b_layouts = b_set ? BFP8_BIT(bfp8_first_layout(b_set)) : formats_layouts,
+                      .a_layouts = layouts, .b_layouts = layouts,
                       .has_bias = bias != NULL, .bias_dtype = bias ? bias_dtype : BFP8_DTYPE_F32};
     if (!bfp8_backend_check(b, &p, why, why_size)) return RUN_UNSUPPORTED;
+    bfp8_scale_layout a_layout, b_layout;
+    if (bfp8_backend_layouts(b, &p, &a_layout, &b_layout) != BFP8_OK) {
+        snprintf(why, why_size, "%s", bfp8_last_error());
+        return RUN_UNSUPPORTED;
+    }
 
     const size_t y_bytes = (size_t)(c->m * c->n) * bfp8_dtype_size(out_dtype);
-    if ((st = scales_in_layout(c, c->sa, c->m, bfp8_first_layout(a_set), &sa_host, &g.a_scales)) != BFP8_OK ||
-        (st = scales_in_layout(c, c->sb, nb, bfp8_first_layout(b_set), &sb_host, &g.b_scales)) != BFP8_OK)
+    if ((st = scales_in_layout(c, c->sa, c->m, a_layout, &sa_host, &g.a_scales)) != BFP8_OK ||
+        (st = scales_in_layout(c, c->sb, nb, b_layout, &sb_host, &g.b_scales)) != BFP8_OK)
         goto out;
     void *dev;
-    if ((st = buf_put(&rb, c->qa, (size_t)(c->m * c->k), &dev)) != BFP8_OK) goto out;
+    if ((st = test_buffers_put(&rb, c->qa, (size_t)(c->m * c->k), &dev)) != BFP8_OK) goto out;
     g.a = dev;
-    if ((st = buf_put(&rb, c->qb, (size_t)(c->n * c->k), &dev)) != BFP8_OK) goto out;
+    if ((st = test_buffers_put(&rb, c->qb, (size_t)(c->n * c->k), &dev)) != BFP8_OK) goto out;
     g.b = dev;
-    if ((st = buf_put(&rb, sa_host, bfp8_scales_bytes(g.a_scales.layout, c->m, c->kblocks), &g.a_scales.data)) ||
-        (st = buf_put(&rb, sb_host, bfp8_scales_bytes(g.b_scales.layout, nb, c->kblocks), &g.b_scales.data)))
+    const size_t sa_bytes = bfp8_scales_bytes(a_layout, c->m, c->kblocks);
+    const size_t sb_bytes = bfp8_scales_bytes(b_layout, nb, c->kblocks);
+    if ((st = test_buffers_put(&rb, sa_host, sa_bytes, &g.a_scales.data)) != BFP8_OK ||
+        (st = test_buffers_put(&rb, sb_host, sb_bytes, &g.b_scales.data)) != BFP8_OK)
         goto out;
     if (bias) {
-        if ((st = buf_put(&rb, bias, (size_t)c->n * bfp8_dtype_size(bias_dtype), &dev)) != BFP8_OK) goto out;
+        if ((st = test_buffers_put(&rb, bias, (size_t)c->n * bfp8_dtype_size(bias_dtype), &dev)) != BFP8_OK) goto out;
         g.bias = dev;
     }
     /* Poison: all-ones bytes are NaN in f32, bf16 and f16, so an element left unwritten shows. */
@@ -205,7 +177,7 @@ static run_result run_backend(bfp8_dispatcher *d, const bfp8_backend *b, const c
         goto out;
     }
     memset(y_host, 0xFF, y_bytes);
-    if ((st = buf_put(&rb, y_host, y_bytes, &g.y)) != BFP8_OK) goto out;
+    if ((st = test_buffers_put(&rb, y_host, y_bytes, &g.y)) != BFP8_OK) goto out;
 
     st = bfp8_gemm(d, &g);
     if (st == BFP8_ERR_UNSUPPORTED) {
@@ -220,12 +192,12 @@ static run_result run_backend(bfp8_dispatcher *d, const bfp8_backend *b, const c
         memcpy(y_host, g.y, y_bytes);
     }
     if (st != BFP8_OK) goto out;
-    for (int64_t i = 0; i < c->m * c->n; i++) y32[i] = bfp8_load_f32(y_host, out_dtype, i);
+    for (int64_t i = 0; i < c->m * c->n; i++) y32[i] = test_load_f32(y_host, out_dtype, i);
     res = RUN_OK;
 out:
     if (res == RUN_FAIL)
         snprintf(why, why_size, "%s: %s", bfp8_status_name(st), bfp8_last_error());
-    buf_free(&rb);
+    test_buffers_free(&rb);
     free(sa_host);
     free(sb_host);
     free(y_host);
@@ -271,7 +243,7 @@ int cmd_check(int argc, char **argv) {
         return cli_error(CLI_FAIL, cmd, "no backend named '%s'", only);
     }
 
-    const uint64_t seed = have_seed ? (uint64_t)seed_arg : cli_seed_fresh() >> 1;
+    const uint64_t seed = have_seed ? (uint64_t)seed_arg : test_seed_fresh() >> 1;
     const size_t nbackends = bfp8_dispatcher_count(d);
     const size_t nshapes = sizeof shapes / sizeof shapes[0];
     printf("blockfp8 check: seed %llu (replay with --seed %llu), %zu shapes x 3 output dtypes x 2 scale formats x "
@@ -288,7 +260,7 @@ int cmd_check(int argc, char **argv) {
         goto done;
     }
     for (size_t bi = 0; bi < nbackends; bi++) {
-        const bfp8_backend *b = bfp8_dispatcher_get(d, bi);
+        const bfp8_backend *b = bfp8_dispatcher_at(d, bi);
         bfp8_status st = bfp8_dispatcher_create_default(&strict[bi]);
         if (st == BFP8_OK) st = bfp8_dispatcher_set_policy(strict[bi], BFP8_POLICY_STRICT, b->name);
         if (st != BFP8_OK) {
@@ -302,10 +274,10 @@ int cmd_check(int argc, char **argv) {
         goto done;
     }
     size_t ref_index = 0;
-    while (bfp8_dispatcher_get(d, ref_index) != ref) ref_index++;
+    while (bfp8_dispatcher_at(d, ref_index) != ref) ref_index++;
 
-    cli_rng rng;
-    cli_rng_init(&rng, seed);
+    test_rng rng;
+    test_rng_init(&rng, seed);
     int case_id = 0;
     for (size_t si = 0; si < nshapes; si++) {
         const check_shape *s = &shapes[si];
@@ -334,7 +306,7 @@ int cmd_check(int argc, char **argv) {
                     const bfp8_dtype bias_dtype = out_dtypes[(oi + (size_t)case_id) % 3];
                     char desc[160], why[BFP8_REASON_MAX];
                     case_id++;
-                    if (with_bias) cli_fill_normal(&rng, bias, bias_dtype, s->n, 0.5f);
+                    if (with_bias) test_rng_fill_normal(&rng, bias, bias_dtype, s->n, 0.5f);
                     snprintf(desc, sizeof desc, "M=%lld N=%lld K=%lld out=%s scales=%s bias=%s", (long long)s->m,
                              (long long)s->n, (long long)s->k, bfp8_dtype_name(out_dtype),
                              bfp8_scale_format_name(c.format), with_bias ? bfp8_dtype_name(bias_dtype) : "none");
@@ -351,16 +323,16 @@ int cmd_check(int argc, char **argv) {
                         }
                         for (int64_t i = 0; i < s->m * s->n; i++)
                             expected_bias[i] = (float)((double)c.expected[i] +
-                                                       (double)bfp8_load_f32(bias, bias_dtype, i % s->n));
+                                                       (double)test_load_f32(bias, bias_dtype, i % s->n));
                         expected = expected_bias;
                     }
                     run_result ref_res = run_backend(strict[ref_index], ref, &c, out_dtype, with_bias ? bias : NULL,
                                                      bias_dtype, ref32, why, sizeof why);
                     for (size_t bi = 0; bi < nbackends; bi++) {
-                        const bfp8_backend *b = bfp8_dispatcher_get(d, bi);
+                        const bfp8_backend *b = bfp8_dispatcher_at(d, bi);
                         check_tally *t = &tally[bi];
                         if (only && strcmp(b->name, only) != 0) continue;
-                        const double tol = cli_tolerance(out_dtype, b->caps.device);
+                        const double tol = test_tolerance(out_dtype, b->caps.device);
                         run_result r;
                         const float *against;
                         if (b == ref) {
@@ -385,8 +357,8 @@ int cmd_check(int argc, char **argv) {
                         double err = 0;
                         int64_t unwritten = 0;
                         if (r == RUN_OK) {
-                            unwritten = cli_count_nan(y32, s->m * s->n);
-                            err = cli_rel_frobenius(y32, against, s->m * s->n);
+                            unwritten = test_count_nan(y32, s->m * s->n);
+                            err = test_rel_frobenius(y32, against, s->m * s->n);
                             if (unwritten) {
                                 r = RUN_FAIL;
                                 snprintf(why, sizeof why, "%lld element(s) left unwritten (NaN poison)",
@@ -415,7 +387,7 @@ int cmd_check(int argc, char **argv) {
     bool any_fail = false;
     printf("results (vs ref; ref vs an fp64 product of the dequantized operands):\n");
     for (size_t bi = 0; bi < nbackends; bi++) {
-        const bfp8_backend *b = bfp8_dispatcher_get(d, bi);
+        const bfp8_backend *b = bfp8_dispatcher_at(d, bi);
         const check_tally *t = &tally[bi];
         if (only && strcmp(b->name, only) != 0) continue;
         const char *verdict = t->fail ? "FAIL" : t->ok ? "OK" : "NOT SUPPORTED";

@@ -1,7 +1,6 @@
 /* blockfp8 demo: the main job. A DeepSeek-R1-shaped layer from random weights, quantized, run on the backend the
  * dispatcher chooses, checked against the reference backend and the unquantized product, and timed. */
 #include "cli.h"
-#include "internal.h" /* bfp8_cuda_current_arch */
 
 #include <math.h>
 #include <stdio.h>
@@ -125,7 +124,7 @@ int cmd_demo(int argc, char **argv) {
     if (strcmp(device_arg, "auto") != 0) bfp8_device_parse(device_arg, &device);
     if (device == BFP8_DEVICE_CUDA && !have_gpu) return cli_error(CLI_FAIL, cmd, "--device cuda: %s", no_gpu);
 
-    const uint64_t seed = have_seed ? (uint64_t)seed_arg : cli_seed_fresh() >> 1;
+    const uint64_t seed = have_seed ? (uint64_t)seed_arg : test_seed_fresh() >> 1;
     const size_t y_bytes = (size_t)(m * n) * bfp8_dtype_size(out_dtype);
     rc = CLI_FAIL;
     bfp8_status st;
@@ -146,14 +145,14 @@ int cmd_demo(int argc, char **argv) {
            (unsigned long long)seed);
 
     /* Weights about as large as a trained layer's (std 1/sqrt(K)), activations of unit scale. */
-    cli_rng rng;
-    cli_rng_init(&rng, seed);
-    cli_fill_normal(&rng, w_f32, BFP8_DTYPE_F32, n * k, (float)(1.0 / sqrt((double)k)));
-    cli_fill_normal(&rng, x_bf16, BFP8_DTYPE_BF16, m * k, 1.0f);
+    test_rng rng;
+    test_rng_init(&rng, seed);
+    test_rng_fill_normal(&rng, w_f32, BFP8_DTYPE_F32, n * k, (float)(1.0 / sqrt((double)k)));
+    test_rng_fill_normal(&rng, x_bf16, BFP8_DTYPE_BF16, m * k, 1.0f);
 
     int64_t nonfinite = 0;
     double t0 = cli_now();
-    if ((st = bfp8_weight_quantize(&w, w_f32, BFP8_DTYPE_F32, n, k, format, &nonfinite)) != BFP8_OK) {
+    if ((st = bfp8_weight_quantize(w_f32, BFP8_DTYPE_F32, n, k, format, &w, &nonfinite)) != BFP8_OK) {
         cli_lib_error(cmd, "quantize weight", st);
         goto done;
     }
@@ -171,8 +170,8 @@ int cmd_demo(int argc, char **argv) {
                              .device = device};
     if (device == BFP8_DEVICE_CUDA) {
         const size_t x_bytes = (size_t)(m * k) * sizeof(uint16_t);
-        if ((st = bfp8_cuda_malloc(&x_dev, x_bytes ? x_bytes : 1)) != BFP8_OK ||
-            (st = bfp8_cuda_malloc(&y_dev, y_bytes ? y_bytes : 1)) != BFP8_OK ||
+        if ((st = bfp8_cuda_malloc(x_bytes ? x_bytes : 1, &x_dev)) != BFP8_OK ||
+            (st = bfp8_cuda_malloc(y_bytes ? y_bytes : 1, &y_dev)) != BFP8_OK ||
             (st = bfp8_cuda_upload(x_dev, x_bf16, x_bytes)) != BFP8_OK) {
             cli_lib_error(cmd, "device buffers", st);
             goto done;
@@ -230,9 +229,9 @@ int cmd_demo(int argc, char **argv) {
         goto done;
     }
 
-    x_f32 = cli_to_f32(x_bf16, BFP8_DTYPE_BF16, m * k);
-    y32 = cli_to_f32(y, out_dtype, m * n);
-    ref32 = cli_to_f32(y_ref, out_dtype, m * n);
+    x_f32 = test_to_f32(x_bf16, BFP8_DTYPE_BF16, m * k);
+    y32 = test_to_f32(y, out_dtype, m * n);
+    ref32 = test_to_f32(y_ref, out_dtype, m * n);
     if (!x_f32 || !y32 || !ref32) {
         cli_error(CLI_FAIL, cmd, "out of memory");
         goto done;
@@ -241,12 +240,12 @@ int cmd_demo(int argc, char **argv) {
     exact_product(x_f32, w_f32, m, n, k, y_exact);
     const double exact_s = cli_now() - t0;
 
-    const int64_t unwritten = cli_count_nan(y32, m * n), ref_unwritten = cli_count_nan(ref32, m * n);
-    const double tol = cli_tolerance(out_dtype, chosen->caps.device);
-    const double rel_ref = cli_rel_frobenius(y32, ref32, m * n);
-    const double rel_exact = cli_rel_frobenius(y32, y_exact, m * n);
-    const double diff = cli_calc_diff(y32, y_exact, m * n);
-    const double ref_diff = cli_calc_diff(ref32, y_exact, m * n);
+    const int64_t unwritten = test_count_nan(y32, m * n), ref_unwritten = test_count_nan(ref32, m * n);
+    const double tol = test_tolerance(out_dtype, chosen->caps.device);
+    const double rel_ref = test_rel_frobenius(y32, ref32, m * n);
+    const double rel_exact = test_rel_frobenius(y32, y_exact, m * n);
+    const double diff = test_calc_diff_of(y32, y_exact, m * n);
+    const double ref_diff = test_calc_diff_of(ref32, y_exact, m * n);
 
     printf("time:\n");
     printf("  %-8s %10.3f ms  (weight quantization, once)\n", "quantize", quant_s * 1e3);

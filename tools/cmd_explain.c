@@ -1,6 +1,5 @@
 /* blockfp8 explain: the dispatcher's table for one problem (every backend with "ok" or its reason, the choice). */
 #include "cli.h"
-#include "internal.h" /* bfp8_cuda_current_arch */
 
 #include <stdio.h>
 #include <string.h>
@@ -104,11 +103,13 @@ int cmd_explain(int argc, char **argv) {
         if (!bfp8_cuda_available(why, sizeof why))
             return cli_error(CLI_FAIL, cmd, "--device cuda: no CUDA device here (%s); pass --arch SM (e.g. --arch 90) "
                              "to explain the decision for that GPU", why);
-        arch = bfp8_cuda_current_arch();
+        arch = bfp8_cuda_arch();
     }
     if (arch < 0) arch = 0;
     bfp8_problem p;
-    cli_linear_problem(&p, device, (int)arch, m, n, k, out_dtype, format, NULL, has_bias, bias_dtype);
+    st = cli_layer_problem(device, m, n, k, out_dtype, format, has_bias, bias_dtype, &p);
+    if (st != BFP8_OK) return cli_lib_error(cmd, "problem", st);
+    if (arch >= 0) p.arch = (int)arch;
     if (gemm) p.act_from_prior_kernel = false;
     if (grouped != BFP8_GROUPED_NONE) {
         p.grouped = grouped;

@@ -1,6 +1,5 @@
 /* blockfp8 linear: y = x @ W^T (+ bias) from a DeepSeek-format checkpoint and an input file. */
 #include "cli.h"
-#include "internal.h" /* bfp8_cuda_current_arch */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +41,8 @@ static bfp8_device pick_device(bfp8_dispatcher *d, const char *backend, int64_t 
     if (named) return named->caps.device;
     if (!bfp8_cuda_available(NULL, 0)) return BFP8_DEVICE_CPU;
     bfp8_problem p;
-    cli_linear_problem(&p, BFP8_DEVICE_CUDA, bfp8_cuda_current_arch(), m, n, k, out_dtype, format, NULL, has_bias,
-                       bias_dtype);
+    if (cli_layer_problem(BFP8_DEVICE_CUDA, m, n, k, out_dtype, format, has_bias, bias_dtype, &p) != BFP8_OK)
+        return BFP8_DEVICE_CPU;
     bfp8_decision dec;
     return bfp8_dispatcher_select(d, &p, &dec) == BFP8_OK ? BFP8_DEVICE_CUDA : BFP8_DEVICE_CPU;
 }
@@ -51,8 +50,8 @@ static bfp8_device pick_device(bfp8_dispatcher *d, const char *backend, int64_t 
 /* Makes the forms every backend on `device` consumes (not those of the other device: no upload for a CPU run). */
 static bfp8_status prepare_for_device(bfp8_weight *w, bfp8_dispatcher *d, bfp8_device device) {
     for (size_t i = 0; i < bfp8_dispatcher_count(d); i++) {
-        const bfp8_backend *b = bfp8_dispatcher_get(d, i);
-        if (b->caps.device == device) BFP8_TRY(bfp8_weight_prepare(w, d, b->name));
+        const bfp8_backend *b = bfp8_dispatcher_at(d, i);
+        if (b->caps.device == device) CLI_TRY(bfp8_weight_prepare(w, d, b->name));
     }
     return BFP8_OK;
 }
@@ -63,13 +62,13 @@ typedef struct device_buffers {
 } device_buffers;
 
 static bfp8_status device_buffers_make(device_buffers *b, const bfp8_tensor *x, const bfp8_tensor *bias, size_t y_bytes) {
-    BFP8_TRY(bfp8_cuda_malloc(&b->x, x->nbytes ? x->nbytes : 1));
-    BFP8_TRY(bfp8_cuda_upload(b->x, x->data, x->nbytes));
+    CLI_TRY(bfp8_cuda_malloc(x->nbytes ? x->nbytes : 1, &b->x));
+    CLI_TRY(bfp8_cuda_upload(b->x, x->data, x->nbytes));
     if (bias) {
-        BFP8_TRY(bfp8_cuda_malloc(&b->bias, bias->nbytes ? bias->nbytes : 1));
-        BFP8_TRY(bfp8_cuda_upload(b->bias, bias->data, bias->nbytes));
+        CLI_TRY(bfp8_cuda_malloc(bias->nbytes ? bias->nbytes : 1, &b->bias));
+        CLI_TRY(bfp8_cuda_upload(b->bias, bias->data, bias->nbytes));
     }
-    return bfp8_cuda_malloc(&b->y, y_bytes ? y_bytes : 1);
+    return bfp8_cuda_malloc(y_bytes ? y_bytes : 1, &b->y);
 }
 
 static void device_buffers_free(device_buffers *b) {

@@ -3,7 +3,6 @@
  * (gate_up fused, then down) with SiLU(gate) * up between them; the experts' outputs are combined per token. Each
  * grouped GEMM is checked against the reference backend on the same inputs and against the unquantized product. */
 #include "cli.h"
-#include "internal.h" /* bfp8_round_up */
 
 #include <math.h>
 #include <stdio.h>
@@ -45,7 +44,7 @@ typedef struct moe {
 } moe;
 
 /* Skewed routing: top_k distinct experts per token drawn with weights 1/(g+1). */
-static void route(moe *r, cli_rng *rng) {
+static void route(moe *r, test_rng *rng) {
     double total = 0;
     for (int64_t g = 0; g < r->experts; g++) total += 1.0 / (double)(g + 1);
     for (int64_t t = 0; t < r->tokens; t++) {
@@ -54,7 +53,7 @@ static void route(moe *r, cli_rng *rng) {
             int32_t e;
             bool taken;
             do {
-                double u = (double)(cli_rng_u64(rng) >> 11) / 9007199254740992.0 * total, acc = 0;
+                double u = (double)(test_rng_u64(rng) >> 11) / 9007199254740992.0 * total, acc = 0;
                 e = (int32_t)r->experts - 1;
                 for (int64_t g = 0; g < r->experts; g++)
                     if ((acc += 1.0 / (double)(g + 1)) > u) {
@@ -65,7 +64,7 @@ static void route(moe *r, cli_rng *rng) {
                 for (int64_t i = 0; i < j; i++) taken |= r->choice[t * r->top_k + i] == e;
             } while (taken);
             r->choice[t * r->top_k + j] = e;
-            r->gate[t * r->top_k + j] = expf(cli_rng_normal(rng, 1.0f));
+            r->gate[t * r->top_k + j] = expf(test_rng_normal(rng, 1.0f));
             wsum += r->gate[t * r->top_k + j];
         }
         for (int64_t j = 0; j < r->top_k; j++) r->gate[t * r->top_k + j] /= (float)wsum;
@@ -81,10 +80,10 @@ static bool lay_out(moe *r) {
     for (int64_t g = 0; g < r->experts; g++) {
         if (count[g] > max_count) max_count = count[g];
         next[g] = rows;
-        rows += bfp8_round_up(count[g], 128);
+        rows += cli_round_up(count[g], 128);
     }
     if (r->layout == BFP8_GROUPED_MASKED) {
-        r->m = bfp8_round_up(max_count > 0 ? max_count : 1, 128);
+        r->m = cli_round_up(max_count > 0 ? max_count : 1, 128);
         r->rows = r->experts * r->m;
         for (int64_t g = 0; g < r->experts; g++) next[g] = g * r->m;
     } else {
@@ -118,9 +117,9 @@ static bfp8_status grouped_call(bfp8_dispatcher *d, const bfp8_grouped_weight *w
     if (device != BFP8_DEVICE_CUDA) return bfp8_grouped_linear(d, w, &a);
     void *xd = NULL, *yd = NULL, *idx = NULL;
     const size_t idx_bytes = sizeof(int32_t) * (size_t)(r->layout == BFP8_GROUPED_MASKED ? r->experts : r->m);
-    bfp8_status st = bfp8_cuda_malloc(&xd, x_bytes + 1);
-    if (st == BFP8_OK) st = bfp8_cuda_malloc(&yd, y_bytes + 1);
-    if (st == BFP8_OK) st = bfp8_cuda_malloc(&idx, idx_bytes + 1);
+    bfp8_status st = bfp8_cuda_malloc(x_bytes + 1, &xd);
+    if (st == BFP8_OK) st = bfp8_cuda_malloc(y_bytes + 1, &yd);
+    if (st == BFP8_OK) st = bfp8_cuda_malloc(idx_bytes + 1, &idx);
     if (st == BFP8_OK) st = bfp8_cuda_upload(xd, x, x_bytes);
     if (st == BFP8_OK) st = bfp8_cuda_upload(yd, y, y_bytes);
     if (st == BFP8_OK)
@@ -213,9 +212,9 @@ int cmd_demo_moe(int argc, char **argv) {
     bfp8_device device = have_gpu ? BFP8_DEVICE_CUDA : BFP8_DEVICE_CPU;
     if (strcmp(device_arg, "auto") != 0) bfp8_device_parse(device_arg, &device);
     if (device == BFP8_DEVICE_CUDA && !have_gpu) return cli_error(CLI_FAIL, cmd, "--device cuda: %s", no_gpu);
-    const uint64_t seed = have_seed ? (uint64_t)seed_arg : cli_seed_fresh() >> 1;
-    cli_rng rng;
-    cli_rng_init(&rng, seed);
+    const uint64_t seed = have_seed ? (uint64_t)seed_arg : test_seed_fresh() >> 1;
+    test_rng rng;
+    test_rng_init(&rng, seed);
 
     const int64_t G = r.experts, H = r.hidden, I = r.inter, T = r.tokens;
     rc = CLI_FAIL;
@@ -231,9 +230,9 @@ int cmd_demo_moe(int argc, char **argv) {
         cli_error(CLI_FAIL, cmd, "out of memory");
         goto done;
     }
-    cli_fill_normal(&rng, wgu, BFP8_DTYPE_F32, G * 2 * I * H, (float)(1.0 / sqrt((double)H)));
-    cli_fill_normal(&rng, wdn, BFP8_DTYPE_F32, G * H * I, (float)(1.0 / sqrt((double)I)));
-    cli_fill_normal(&rng, tok, BFP8_DTYPE_BF16, T * H, 1.0f);
+    test_rng_fill_normal(&rng, wgu, BFP8_DTYPE_F32, G * 2 * I * H, (float)(1.0 / sqrt((double)H)));
+    test_rng_fill_normal(&rng, wdn, BFP8_DTYPE_F32, G * H * I, (float)(1.0 / sqrt((double)I)));
+    test_rng_fill_normal(&rng, tok, BFP8_DTYPE_BF16, T * H, 1.0f);
     route(&r, &rng);
     if (!lay_out(&r)) {
         cli_error(CLI_FAIL, cmd, "out of memory");
@@ -284,7 +283,7 @@ int cmd_demo_moe(int argc, char **argv) {
         goto done;
     }
     p.device = device;
-    p.arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_current_arch() : 0;
+    p.arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0;
     bfp8_grouped_weight_info wi;
     bfp8_grouped_weight_info_get(w_gu, &wi);
     p.b_layouts = device == BFP8_DEVICE_CUDA ? wi.device_layouts : wi.host_layouts;
@@ -329,7 +328,7 @@ int cmd_demo_moe(int argc, char **argv) {
     /* The combined output of token 0, as a sign of life: sum over its choices of gate weight x expert output. */
     double y0 = 0;
     for (int64_t j = 0; j < r.top_k; j++) y0 += r.gate[j] * bfp8_bf16_to_f32(dn[r.slot[j] * H]);
-    const double tol = cli_tolerance(BFP8_DTYPE_BF16, device);
+    const double tol = test_tolerance(BFP8_DTYPE_BF16, device);
     printf("gate_up [%lld x %lld, %lld]: %.3f ms (incl. copies), vs ref rel Frobenius %.3e (tol %.0e), calc_diff vs "
            "fp32 %.3e (ref %.3e)\n", (long long)G, (long long)(2 * I), (long long)H, t_gu * 1e3, a.rel_ref, tol,
            a.calc_diff, a.ref_calc_diff);

@@ -5,7 +5,7 @@
  * each piece a split-K GEMM adds (a memset, a second kernel launched as a programmatic dependent). The read
  * kernel streams a weight-sized buffer with 16-byte loads from 1, 2 or 4 CTAs per SM, so its time over bytes is
  * the read rate a GEMM's weight stream can hope for. The bench spins the GPU ~100 us between the flush and the
- * start event (bfp8_cuda_time's hold), and so does this tool. bench/RESULTS.md has its figures.
+ * start event (cli_cuda_time's hold), and so does this tool. bench/RESULTS.md has its figures.
  *
  *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o build/launch_floor bench/probes/launch_floor.cu && build/launch_floor
  */
@@ -85,7 +85,7 @@ __global__ void tile_read_kernel(const uint4 *w, int64_t k, int tiles, int kbloc
     if (acc == 0x12345678u) *sink = acc;
 }
 
-/* One thread spinning for `cycles` clock cycles: bfp8_cuda_time's hold before the start event. */
+/* One thread spinning for `cycles` clock cycles: cli_cuda_time's hold before the start event. */
 __global__ void hold_kernel(long long cycles) {
     const long long t0 = clock64();
     while (clock64() - t0 < cycles) {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "blockfp8.h"
+#include "blockfp8_backend.h"
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Errors: one exception class per status, all under blockfp8.Error (a RuntimeError).
@@ -184,7 +185,7 @@ static PyObject *py_quantize_act(PyObject *self, PyObject *const *args, Py_ssize
     if (st == BFP8_OK) {
         Py_BEGIN_ALLOW_THREADS
         if (device == BFP8_DEVICE_CUDA) {
-            st = bfp8_quantize_act_cuda(x, (bfp8_dtype)x_dtype, m, k, q, &scales, NULL, stream);
+            st = bfp8_cuda_quantize_act(x, (bfp8_dtype)x_dtype, m, k, q, &scales, NULL, stream);
         } else {
             nonfinite = 0;
             st = bfp8_quantize_act(x, (bfp8_dtype)x_dtype, m, k, q, &scales, &nonfinite);
@@ -325,7 +326,7 @@ static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t
                         s_off + (int64_t)bfp8_scales_bytes(g.a_scales.layout, m, kblocks) > scratch_bytes;
         if (st == BFP8_OK && !short_scratch) {
             st = device == BFP8_DEVICE_CUDA
-                     ? bfp8_quantize_act_cuda(x, (bfp8_dtype)x_dtype, m, k, q, &g.a_scales, NULL, stream)
+                     ? bfp8_cuda_quantize_act(x, (bfp8_dtype)x_dtype, m, k, q, &g.a_scales, NULL, stream)
                      : bfp8_quantize_act(x, (bfp8_dtype)x_dtype, m, k, q, &g.a_scales, NULL);
             if (st == BFP8_OK) st = bfp8_gemm(d, &g);
         }
@@ -371,7 +372,7 @@ static PyObject *py_weight_create(PyObject *self, PyObject *const *args, Py_ssiz
                                       ceil_div(n, BFP8_BLOCK), ceil_div(k, BFP8_BLOCK), s);
     if (st == BFP8_OK) {
         Py_BEGIN_ALLOW_THREADS
-        st = bfp8_weight_create(&w, q, n, k, &scales);
+        st = bfp8_weight_create(q, n, k, &scales, &w);
         Py_END_ALLOW_THREADS
     }
     if (st != BFP8_OK) return raise_status(st, "weight");
@@ -390,7 +391,7 @@ static PyObject *py_weight_quantize(PyObject *self, PyObject *const *args, Py_ss
     int64_t nonfinite = 0;
     bfp8_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = bfp8_weight_quantize(&w, src, (bfp8_dtype)dtype, n, k, (bfp8_scale_format)fmt, &nonfinite);
+    st = bfp8_weight_quantize(src, (bfp8_dtype)dtype, n, k, (bfp8_scale_format)fmt, &w, &nonfinite);
     Py_END_ALLOW_THREADS
     if (st != BFP8_OK) return raise_status(st, "quantize weight");
     PyObject *c = weight_capsule(w);
@@ -490,7 +491,7 @@ static PyObject *py_weight_prepare(PyObject *self, PyObject *const *args, Py_ssi
     size_t prepared = 0;
     Py_BEGIN_ALLOW_THREADS
     for (size_t i = 0; i < bfp8_dispatcher_count(d) && st == BFP8_OK; i++) {
-        const bfp8_backend *b = bfp8_dispatcher_get(d, i);
+        const bfp8_backend *b = bfp8_dispatcher_at(d, i);
         if ((int)b->caps.device != device) continue;
         st = bfp8_weight_prepare(w, d, b->name);
         prepared++;
@@ -587,7 +588,7 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
     PyObject *calls = PyDict_New(), *fallbacks = PyList_New(0);
     if (!calls || !fallbacks) goto fail;
     for (size_t i = 0; i < bfp8_dispatcher_count(d); i++) {
-        const char *name = bfp8_dispatcher_get(d, i)->name;
+        const char *name = bfp8_dispatcher_at(d, i)->name;
         PyObject *v = PyLong_FromUnsignedLongLong(bfp8_dispatcher_calls(d, name));
         if (!v || PyDict_SetItemString(calls, name, v)) {
             Py_XDECREF(v);
@@ -627,7 +628,7 @@ static PyObject *py_backends(PyObject *self, PyObject *unused) {
     if (!d) return NULL;
     PyObject *out = PyList_New(0);
     for (size_t i = 0; out && i < bfp8_dispatcher_count(d); i++) {
-        const bfp8_backend *b = bfp8_dispatcher_get(d, i);
+        const bfp8_backend *b = bfp8_dispatcher_at(d, i);
         const bfp8_caps *c = &b->caps;
         PyObject *t = Py_BuildValue("(ssiiiIIIIILLOLLLLLi)", b->name, b->summary ? b->summary : "", (int)c->device,
                                     c->min_arch, c->max_arch, c->out_dtypes, c->scale_formats, c->a_layouts,
@@ -712,7 +713,7 @@ static PyObject *py_explain(PyObject *self, PyObject *const *args, Py_ssize_t na
 
     PyObject *rows = PyList_New(0);
     for (size_t i = 0; rows && i < bfp8_dispatcher_count(d); i++) {
-        const bfp8_backend *b = bfp8_dispatcher_get(d, i);
+        const bfp8_backend *b = bfp8_dispatcher_at(d, i);
         char why[BFP8_REASON_MAX];
         bool ok = bfp8_backend_check(b, &p, why, sizeof why);
         int prio = b->priority_for ? b->priority_for(b, &p) : b->caps.priority;

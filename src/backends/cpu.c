@@ -329,7 +329,7 @@ static bfp8_status cpu_gemm(const bfp8_backend *self, const bfp8_gemm_args *args
     int64_t nblocks = bfp8_ceil_div(args->n, BFP8_BLOCK), sa_count, sb_count;
     if (!bfp8_mul_ok(plan.m, plan.sld, &sa_count) || !bfp8_mul_ok(nblocks, plan.sld, &sb_count))
         return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, "cpu: scale shape overflows");
-    /* Scales to plain row-major fp32 once per call (any layout is read through bfp8_scales_get), rows padded
+    /* Scales to plain row-major fp32 once per call (any layout is read through bfp8_scales_at), rows padded
      * with zeros to a multiple of 8 blocks for the small-M path's 8-block groups. */
     float *sa = alloc_floats(sa_count), *sb = alloc_floats(sb_count);
     if (!sa || !sb) {
@@ -339,10 +339,10 @@ static bfp8_status cpu_gemm(const bfp8_backend *self, const bfp8_gemm_args *args
     }
     for (int64_t m = 0; m < plan.m; m++)
         for (int64_t kb = 0; kb < plan.sld; kb++)
-            sa[m * plan.sld + kb] = kb < plan.kblocks ? bfp8_scales_get(&args->a_scales, m, kb) : 0.0f;
+            sa[m * plan.sld + kb] = kb < plan.kblocks ? bfp8_scales_at(&args->a_scales, m, kb) : 0.0f;
     for (int64_t nb = 0; nb < nblocks; nb++)
         for (int64_t kb = 0; kb < plan.sld; kb++)
-            sb[nb * plan.sld + kb] = kb < plan.kblocks ? bfp8_scales_get(&args->b_scales, nb, kb) : 0.0f;
+            sb[nb * plan.sld + kb] = kb < plan.kblocks ? bfp8_scales_at(&args->b_scales, nb, kb) : 0.0f;
     /* K = 0 has no blocks, yet the M = 1 short-K kernel still multiplies 4 scales by its zero sums: zeros, not
      * whatever the allocation held (an inf or NaN there would turn the bias-only output into NaN). */
     if (plan.kblocks == 0) memset(sa, 0, 16 * sizeof(float)), memset(sb, 0, 16 * sizeof(float));
@@ -383,7 +383,7 @@ const bfp8_backend bfp8_backend_cpu = {
             .device = BFP8_DEVICE_CPU,
             .out_dtypes = CPU_FLOAT_DTYPES,
             .scale_formats = BFP8_BIT(BFP8_SCALE_FP32) | BFP8_BIT(BFP8_SCALE_UE8M0),
-            .a_layouts = (1u << BFP8_LAYOUT_COUNT) - 1, /* read once per call through bfp8_scales_get */
+            .a_layouts = (1u << BFP8_LAYOUT_COUNT) - 1, /* read once per call through bfp8_scales_at */
             .b_layouts = (1u << BFP8_LAYOUT_COUNT) - 1,
             .bias_dtypes = CPU_FLOAT_DTYPES,
             .priority = 10,

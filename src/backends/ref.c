@@ -22,8 +22,8 @@ double bfp8_ref_element(const bfp8_gemm_args *a, int64_t m, int64_t n) {
         int64_t k0 = kb * BFP8_BLOCK, k1 = k0 + BFP8_BLOCK < a->k ? k0 + BFP8_BLOCK : a->k;
         double partial = 0.0;
         for (int64_t k = k0; k < k1; k++) partial += e4m3_table[arow[k]] * e4m3_table[brow[k]];
-        total += (double)bfp8_scales_get(&a->a_scales, m, kb) *
-                 (double)bfp8_scales_get(&a->b_scales, n / BFP8_BLOCK, kb) * partial;
+        total += (double)bfp8_scales_at(&a->a_scales, m, kb) *
+                 (double)bfp8_scales_at(&a->b_scales, n / BFP8_BLOCK, kb) * partial;
     }
     if (a->bias) total += (double)bfp8_load_f32(a->bias, a->bias_dtype, n);
     return total;
@@ -48,7 +48,7 @@ const bfp8_backend bfp8_backend_ref = {
             .device = BFP8_DEVICE_CPU,
             .out_dtypes = BFP8_BIT(BFP8_DTYPE_F32) | BFP8_BIT(BFP8_DTYPE_BF16) | BFP8_BIT(BFP8_DTYPE_F16),
             .scale_formats = BFP8_BIT(BFP8_SCALE_FP32) | BFP8_BIT(BFP8_SCALE_UE8M0),
-            .a_layouts = (1u << BFP8_LAYOUT_COUNT) - 1, /* reads any layout through bfp8_scales_get */
+            .a_layouts = (1u << BFP8_LAYOUT_COUNT) - 1, /* reads any layout through bfp8_scales_at */
             .b_layouts = (1u << BFP8_LAYOUT_COUNT) - 1,
             .bias_dtypes = BFP8_BIT(BFP8_DTYPE_F32) | BFP8_BIT(BFP8_DTYPE_BF16) | BFP8_BIT(BFP8_DTYPE_F16),
             .priority = 0,

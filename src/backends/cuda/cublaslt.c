@@ -145,7 +145,7 @@ static size_t lt_piece(size_t bytes) { return (size_t)bfp8_round_up((int64_t)byt
 static bfp8_status lt_pool_alloc(size_t bytes, cudaStream_t stream, uint8_t **raw, uint8_t **aligned) {
     *raw = *aligned = NULL;
     if (!bytes) return BFP8_OK;
-    BFP8_TRY(bfp8_cuda_malloc_async((void **)raw, bytes + LT_PIECE_ALIGN, stream));
+    BFP8_TRY(bfp8_cuda_malloc_async(bytes + LT_PIECE_ALIGN, (void **)raw, stream));
     *aligned = *raw + (LT_PIECE_ALIGN - (uintptr_t)*raw % LT_PIECE_ALIGN) % LT_PIECE_ALIGN;
     return BFP8_OK;
 }

@@ -30,7 +30,7 @@ static bfp8_status generic_gemm(const bfp8_backend *self, const bfp8_gemm_args *
     bfp8_cuda_gemm_plan plan;
     bfp8_cuda_generic_plan(&d, info.num_sms, &plan);
     void *ws = NULL;
-    if (plan.workspace_bytes) BFP8_TRY(bfp8_cuda_malloc_async(&ws, plan.workspace_bytes, args->stream));
+    if (plan.workspace_bytes) BFP8_TRY(bfp8_cuda_malloc_async(plan.workspace_bytes, &ws, args->stream));
     int err = bfp8_cuda_generic_launch(&d, &plan, (float *)ws, args->stream);
     bfp8_status st = err ? bfp8_cuda_error(err, "cuda_generic: kernel launch") : BFP8_OK;
     if (ws) {

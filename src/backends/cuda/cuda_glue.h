@@ -9,7 +9,6 @@
 typedef struct bfp8_cuda_device_info {
     int arch; /* compute capability x10 */
     int num_sms;
-    int l2_bytes;
 } bfp8_cuda_device_info;
 
 /* BFP8_ERR_DEVICE with "<what>: <error name> (<error string>)". */

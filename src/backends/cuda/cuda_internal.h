@@ -50,13 +50,6 @@ typedef struct bfp8_cuda_gemm_plan {
 int bfp8_cuda_generic_plan(const bfp8_cuda_gemm_desc *d, int num_sms, bfp8_cuda_gemm_plan *plan);
 int bfp8_cuda_generic_launch(const bfp8_cuda_gemm_desc *d, const bfp8_cuda_gemm_plan *plan, float *workspace,
                              void *stream);
-/* Fills `bytes` of device memory with a byte pattern through a kernel (the L2 flush of bfp8_cuda_time). */
-int bfp8_cuda_launch_fill(void *ptr, size_t bytes, unsigned value, void *stream);
-/* Reads `bytes` (a multiple of 16) of device memory through a kernel (the clean L2 flush); sink is a device word. */
-int bfp8_cuda_launch_read(const void *ptr, size_t bytes, unsigned *sink, void *stream);
-/* Keeps the GPU busy for `cycles` clock cycles (one spinning thread): bfp8_cuda_time's hold before each timed call. */
-int bfp8_cuda_launch_hold(long long cycles, void *stream);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-/* CUDA host glue: device discovery, device memory, timing, GPU quantization entry point, weight upload and the
+/* CUDA host glue: device discovery, device memory, the GPU quantization entry point and the
  * registration of the CUDA backends. Compiled only when CUDA is built (src/cuda_stub.c otherwise). */
 #include "internal.h"
 
@@ -8,7 +8,6 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 bfp8_status bfp8_cuda_error(int err, const char *what) {
@@ -55,8 +54,7 @@ static void cuda_discover(void) {
         int major = 0, minor = 0;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i) != cudaSuccess ||
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i) != cudaSuccess ||
-            cudaDeviceGetAttribute(&d->num_sms, cudaDevAttrMultiProcessorCount, i) != cudaSuccess ||
-            cudaDeviceGetAttribute(&d->l2_bytes, cudaDevAttrL2CacheSize, i) != cudaSuccess) {
+            cudaDeviceGetAttribute(&d->num_sms, cudaDevAttrMultiProcessorCount, i) != cudaSuccess) {
             snprintf(g_cuda.why, sizeof g_cuda.why, "no usable CUDA device: cudaDeviceGetAttribute(%d): %s", i,
                      cudaGetErrorString(cudaGetLastError()));
             return;
@@ -89,7 +87,7 @@ bfp8_status bfp8_cuda_device_info_get(bfp8_cuda_device_info *out) {
     return BFP8_OK;
 }
 
-int bfp8_cuda_current_arch(void) {
+int bfp8_cuda_arch(void) {
     bfp8_cuda_device_info info;
     if (!bfp8_cuda_available(NULL, 0)) return 0;
     if (bfp8_cuda_device_info_get(&info) != BFP8_OK) return 0;
@@ -98,7 +96,7 @@ int bfp8_cuda_current_arch(void) {
 
 /* ---- device memory ----------------------------------------------------------------------------------------- */
 
-bfp8_status bfp8_cuda_malloc(void **ptr, size_t bytes) {
+bfp8_status bfp8_cuda_malloc(size_t bytes, void **ptr) {
     BFP8_CHECK_ARG(ptr, "bfp8_cuda_malloc: ptr is NULL");
     *ptr = NULL;
     BFP8_TRY(require_device("bfp8_cuda_malloc"));
@@ -158,7 +156,7 @@ static void keep_pool_memory(void) {
     (void)cudaGetLastError();
 }
 
-bfp8_status bfp8_cuda_malloc_async(void **ptr, size_t bytes, void *stream) {
+bfp8_status bfp8_cuda_malloc_async(size_t bytes, void **ptr, void *stream) {
     BFP8_CHECK_ARG(ptr, "bfp8_cuda_malloc_async: ptr is NULL");
     *ptr = NULL;
     BFP8_TRY(require_device("bfp8_cuda_malloc_async"));
@@ -182,98 +180,6 @@ bfp8_status bfp8_cuda_free_async(void *ptr, void *stream) {
     return BFP8_OK;
 }
 
-/* ---- timing ------------------------------------------------------------------------------------------------ */
-
-/* The hold before each timed call, in GPU clock cycles: BFP8_CUDA_TIME_HOLD_CYCLES, or 200000 (~100 us at the
- * H200's clocks, bench/triton_baseline.py's hold); 0 holds nothing. */
-static bfp8_status hold_cycles(long long *cycles) {
-    const char *e = getenv("BFP8_CUDA_TIME_HOLD_CYCLES");
-    *cycles = 200000;
-    if (!e) return BFP8_OK;
-    char *end = NULL;
-    const long long v = strtoll(e, &end, 10);
-    if (end == e || *end != '\0' || v < 0 || v > 2000000000LL)
-        return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT,
-                         "BFP8_CUDA_TIME_HOLD_CYCLES='%s': need a count of clock cycles, 0 to 2000000000", e);
-    *cycles = v;
-    return BFP8_OK;
-}
-
-bfp8_status bfp8_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, bfp8_l2_flush flush,
-                           void *stream, double *times_us) {
-    BFP8_CHECK_ARG(fn && times_us, "bfp8_cuda_time: fn or times_us is NULL");
-    BFP8_CHECK_ARG(warmup >= 0 && iters > 0, "bfp8_cuda_time: warmup=%d iters=%d (need warmup >= 0, iters > 0)",
-                   warmup, iters);
-    BFP8_CHECK_ARG(flush == BFP8_L2_KEEP || flush == BFP8_L2_CLEAN || flush == BFP8_L2_DIRTY,
-                   "bfp8_cuda_time: unknown L2 flush mode %d", (int)flush);
-    BFP8_TRY(require_device("bfp8_cuda_time"));
-    long long hold = 0;
-    BFP8_TRY(hold_cycles(&hold));
-    bfp8_cuda_device_info info;
-    BFP8_TRY(bfp8_cuda_device_info_get(&info));
-    cudaStream_t s = (cudaStream_t)stream;
-    /* Twice the L2's size, read or written, evicts whatever the previous call left there. The last word is the
-     * read kernel's sink. */
-    size_t flush_bytes = flush != BFP8_L2_KEEP ? 2 * (size_t)(info.l2_bytes > 0 ? info.l2_bytes : 64 << 20) : 0;
-    void *buf = NULL;
-    cudaEvent_t *ev = calloc(2 * (size_t)iters, sizeof *ev);
-    if (!ev) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_cuda_time: %d events", 2 * iters);
-    bfp8_status st = BFP8_OK;
-    int created = 0;
-    cudaError_t err = cudaSuccess;
-    if (flush_bytes) {
-        err = cudaMalloc(&buf, flush_bytes + 16);
-        /* Written once (untimed), so that the clean flush reads initialized memory. */
-        if (err == cudaSuccess) err = (cudaError_t)bfp8_cuda_launch_fill(buf, flush_bytes + 16, 0x5A, s);
-        if (err != cudaSuccess) {
-            st = bfp8_cuda_error(err, "bfp8_cuda_time: L2 flush buffer");
-            goto done;
-        }
-    }
-    for (; created < 2 * iters; created++) {
-        err = cudaEventCreate(&ev[created]);
-        if (err != cudaSuccess) {
-            st = bfp8_cuda_error(err, "bfp8_cuda_time: cudaEventCreate");
-            goto done;
-        }
-    }
-    for (int i = 0; i < warmup && st == BFP8_OK; i++) st = fn(ctx);
-    for (int i = 0; i < iters && st == BFP8_OK; i++) {
-        if (flush == BFP8_L2_DIRTY)
-            err = (cudaError_t)bfp8_cuda_launch_fill(buf, flush_bytes, (unsigned)i, s);
-        else if (flush == BFP8_L2_CLEAN)
-            err = (cudaError_t)bfp8_cuda_launch_read(buf, flush_bytes, (unsigned *)((char *)buf + flush_bytes), s);
-        /* The GPU then spins before the start event, so that the time to enqueue the call on the host can never
-         * show in it (a Python launch costs tens of us; bench/triton_baseline.py holds the same way, and the two
-         * are compared in one table). */
-        if (err == cudaSuccess && hold) err = (cudaError_t)bfp8_cuda_launch_hold(hold, s);
-        if (err != cudaSuccess) {
-            st = bfp8_cuda_error(err, "bfp8_cuda_time: L2 flush or hold");
-            break;
-        }
-        err = cudaEventRecord(ev[2 * i], s);
-        if (err == cudaSuccess) st = fn(ctx);
-        if (err == cudaSuccess && st == BFP8_OK) err = cudaEventRecord(ev[2 * i + 1], s);
-        if (err != cudaSuccess) st = bfp8_cuda_error(err, "bfp8_cuda_time: cudaEventRecord");
-    }
-    if (st == BFP8_OK) {
-        err = cudaStreamSynchronize(s);
-        if (err != cudaSuccess) st = bfp8_cuda_error(err, "bfp8_cuda_time: the timed calls failed");
-    }
-    for (int i = 0; i < iters && st == BFP8_OK; i++) {
-        float ms = 0;
-        err = cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]);
-        if (err != cudaSuccess) st = bfp8_cuda_error(err, "bfp8_cuda_time: cudaEventElapsedTime");
-        times_us[i] = (double)ms * 1000.0;
-    }
-done:
-    if (st != BFP8_OK) (void)cudaStreamSynchronize(s);
-    for (int i = 0; i < created; i++) cudaEventDestroy(ev[i]);
-    free(ev);
-    if (buf) cudaFree(buf);
-    return st;
-}
-
 /* ---- scales and quantization ------------------------------------------------------------------------------- */
 
 bfp8_cuda_scale_view bfp8_cuda_scale_view_of(const bfp8_scales *s) {
@@ -291,9 +197,9 @@ bfp8_cuda_scale_view bfp8_cuda_scale_view_of(const bfp8_scales *s) {
     return v;
 }
 
-bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
+bfp8_status bfp8_cuda_quantize_act(const void *x, bfp8_dtype x_dtype, int64_t m, int64_t k, uint8_t *q,
                                    bfp8_scales *scales, int64_t *nonfinite, void *stream) {
-    const char *what = "bfp8_quantize_act_cuda";
+    const char *what = "bfp8_cuda_quantize_act";
     size_t bytes;
     BFP8_CHECK_ARG(bfp8_is_float_dtype(x_dtype), "%s: input dtype %s (%d) is not f32, bf16 or f16", what,
                    bfp8_dtype_name(x_dtype), (int)x_dtype);
@@ -310,13 +216,13 @@ bfp8_status bfp8_quantize_act_cuda(const void *x, bfp8_dtype x_dtype, int64_t m,
         size_t sbytes = bfp8_scales_bytes(scales->layout, m, kblocks);
         if (sbytes && scales->data) {
             cudaError_t err = cudaMemsetAsync(scales->data, 0, sbytes, s);
-            if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_quantize_act_cuda: clearing scale padding");
+            if (err != cudaSuccess) return bfp8_cuda_error(err, "bfp8_cuda_quantize_act: clearing scale padding");
         }
     }
     if (m == 0 || k == 0) return BFP8_OK;
     int err = bfp8_cuda_launch_quantize_act(x, (int)x_dtype, m, k, q, bfp8_cuda_scale_view_of(scales),
                                             scales->format == BFP8_SCALE_UE8M0, (long long *)nonfinite, stream);
-    if (err) return bfp8_cuda_error(err, "bfp8_quantize_act_cuda: kernel launch");
+    if (err) return bfp8_cuda_error(err, "bfp8_cuda_quantize_act: kernel launch");
     return BFP8_OK;
 }
 

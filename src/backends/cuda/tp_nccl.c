@@ -15,12 +15,12 @@
 #define BFP8_NCCL_HEADER 1
 #endif
 
-bfp8_status bfp8_tp_cuda_memset(void *dst, size_t bytes, void *stream) {
+bfp8_status bfp8_cuda_tp_memset(void *dst, size_t bytes, void *stream) {
     cudaError_t err = cudaMemsetAsync(dst, 0, bytes, (cudaStream_t)stream);
     return err == cudaSuccess ? BFP8_OK : bfp8_cuda_error(err, "tensor parallel: cudaMemsetAsync");
 }
 
-bfp8_status bfp8_tp_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+bfp8_status bfp8_cuda_tp_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
                                  size_t height, void *stream) {
     if (!width || !height) return BFP8_OK;
     cudaError_t err = cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice,
@@ -88,7 +88,7 @@ static bfp8_status tp_column(bfp8_dispatcher *d, const bfp8_weight *w, const bfp
     int64_t slice = s->end - s->begin, width = slice + (slice % BFP8_BLOCK ? BFP8_BLOCK - 1 : 0);
     size_t section = (size_t)a->m * (size_t)width;
     void *gathered = NULL;
-    BFP8_TRY(bfp8_cuda_malloc_async(&gathered, section * (size_t)s->ranks * es, a->stream));
+    BFP8_TRY(bfp8_cuda_malloc_async(section * (size_t)s->ranks * es, &gathered, a->stream));
     bfp8_linear_args local = *a;
     local.y = (char *)gathered + section * (size_t)s->rank * es;
     bfp8_status st = bfp8_tp_linear_local(d, w, s, &local);
@@ -99,7 +99,7 @@ static bfp8_status tp_column(bfp8_dispatcher *d, const bfp8_weight *w, const bfp
     for (int rank = 0; rank < s->ranks && st == BFP8_OK; rank++) {
         int64_t begin = rank * slice, lead = begin % BFP8_BLOCK; /* that rank's lead: 0 unless blocks are shared */
         const char *src = (const char *)gathered + (section * (size_t)rank + (size_t)lead) * es;
-        st = bfp8_tp_cuda_copy_2d((char *)a->y + (size_t)begin * es, (size_t)s->n * es, src,
+        st = bfp8_cuda_tp_copy_2d((char *)a->y + (size_t)begin * es, (size_t)s->n * es, src,
                                   (size_t)(lead + slice) * es, (size_t)slice * es, (size_t)a->m, a->stream);
     }
     bfp8_status fst = bfp8_cuda_free_async(gathered, a->stream);
@@ -112,7 +112,7 @@ static bfp8_status tp_row(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_s
     if (!bfp8_is_float_dtype(a->y_dtype)) return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, "tp_linear: output dtype %s", bfp8_dtype_name(a->y_dtype));
     size_t count = (size_t)a->m * (size_t)s->n;
     float *partial = a->y_dtype == BFP8_DTYPE_F32 ? (float *)a->y : NULL;
-    if (!partial) BFP8_TRY(bfp8_cuda_malloc_async((void **)&partial, count * sizeof(float), a->stream));
+    if (!partial) BFP8_TRY(bfp8_cuda_malloc_async(count * sizeof(float), (void **)&partial, a->stream));
     bfp8_linear_args local = *a;
     local.y = partial;
     local.y_dtype = BFP8_DTYPE_F32;

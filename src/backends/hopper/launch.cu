@@ -410,7 +410,7 @@ extern "C" bfp8_status bfp8_hopper_run_knobs(const bfp8_gemm_args *args, int sms
     void *trace_d = nullptr;
     if (trace_enabled()) {
         const size_t bytes = (size_t)pl.grid * kTraceSlots * sizeof(unsigned long long);
-        BFP8_TRY(bfp8_cuda_malloc_async(&trace_d, bytes, args->stream));
+        BFP8_TRY(bfp8_cuda_malloc_async(bytes, &trace_d, args->stream));
         if (cudaMemsetAsync(trace_d, 0, bytes, stream) != cudaSuccess) {
             bfp8_cuda_free_async(trace_d, args->stream);
             return bfp8_fail(BFP8_ERR_DEVICE, "hopper: trace buffer memset failed");
@@ -420,7 +420,7 @@ extern "C" bfp8_status bfp8_hopper_run_knobs(const bfp8_gemm_args *args, int sms
     /* The split-K partials, or stream-K's slots and flags (a stream-K plan has no K split). */
     void *ws = nullptr;
     auto workspace = [&](size_t bytes) {
-        const bfp8_status st = bfp8_cuda_malloc_async(&ws, bytes, args->stream);
+        const bfp8_status st = bfp8_cuda_malloc_async(bytes, &ws, args->stream);
         if (st != BFP8_OK && trace_d) bfp8_cuda_free_async(trace_d, args->stream);
         return st;
     };
