@@ -70,8 +70,19 @@ variants() {
 step variants variants >"$out/test_hopper_variants.log" 2>&1
 
 # --- compute-sanitizer on a small run -------------------------------------------------------------------------------
+# GPU_CHECK_SANITIZER_QUICK=1: memcheck on every listed test, racecheck on test_hopper --small only.
 sanitize() {
     local tool
+    if [ "${GPU_CHECK_SANITIZER_QUICK:-0}" = 1 ]; then
+        local cs="timeout 240 compute-sanitizer --error-exitcode 9 --tool"
+        echo "== memcheck test_hopper --small"; $cs memcheck build/tests/test_hopper --small || return 1
+        echo "== memcheck test_hopper --small, wide kernel forced"
+        BFP8_HOPPER_TILE=256 $cs memcheck build/tests/test_hopper --small || return 1
+        echo "== memcheck test_cuda_grouped"; $cs memcheck build/tests/test_cuda_grouped || return 1
+        echo "== memcheck test_cuda (small)"; BFP8_TEST_SMALL=1 $cs memcheck build/tests/test_cuda || return 1
+        echo "== racecheck test_hopper --small"; $cs racecheck build/tests/test_hopper --small || return 1
+        return 0
+    fi
     for tool in memcheck racecheck; do
         echo "== compute-sanitizer --tool $tool"
         BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda ||
@@ -131,12 +142,13 @@ step python python_cuda >"$out/python.log" 2>&1
 step cli sh tests/cli.sh build >"$out/cli.log" 2>&1
 
 # --- the grouped (MoE) GEMM against cuBLASLt called once per expert ---------------------------------------------------
-grouped() {
-    local layout
-    for layout in contiguous masked; do
-        local tokens=$([ $layout = contiguous ] && echo 128,512,2048 || echo 16,64,128,256)
-        timeout 240 build/blockfp8 bench --grouped $layout --device cuda --experts 8,32 --tokens $tokens \
-            --baseline cublaslt --iters 10 --warmup 2 --json "$out/grouped-$layout.json" || return 1
+grouped() { # the cells of bench/data/moe-anchor-h200-2026-12-04.csv
+    local cell
+    for cell in contiguous:8:128,512,2048 contiguous:32:128,512 contiguous:256:128 masked:8:16,64,256 \
+                masked:32:16,64,128; do
+        IFS=: read -r layout experts tokens <<<"$cell"
+        timeout 240 build/blockfp8 bench --grouped $layout --device cuda --experts $experts --tokens $tokens \
+            --baseline cublaslt --iters 10 --warmup 2 --json "$out/grouped-$layout-$experts.json" || return 1
     done
 }
 step grouped grouped >"$out/grouped.log" 2>&1
