@@ -236,7 +236,7 @@ quant-bench: $(BUILD)/quant_bench
 
 # Standalone GPU measurement tools (one nvcc command each, no library): the fixed costs of a GPU call and what a
 # CTA's first load costs (bench/RESULTS.md). `make test` compiles them wherever nvcc is.
-GPU_TOOLS := $(BUILD)/launch_floor $(BUILD)/first_load $(BUILD)/smem_bw
+GPU_TOOLS := $(BUILD)/launch_floor $(BUILD)/first_load
 $(GPU_TOOLS): $(BUILD)/%: bench/probes/%.cu
 	@mkdir -p $(BUILD)
 	$(NVCC) -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -MMD -MP -o $@ $<

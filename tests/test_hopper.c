@@ -2,12 +2,11 @@
  * results against an independent double computation of the same quantized inputs (DESIGN section 3 tolerances) and
  * calc_diff against the unquantized product: ragged M x all eight DeepSeek-R1 (N, K) shapes, K and N at their
  * boundaries, every output and bias dtype, both scale formats, the swapped (decode) and normal paths with and without
- * split-K, the wide kernel (128 x 256 tiles) forced at odd sizes, poisoned outputs, run-to-run determinism, refusals,
- * bfp8_linear on the device, and stream-K calls on a partition of the SMs (a green context). Option --small: a few
- * small cases, for compute-sanitizer. Without a device it prints "hopper: skipped: <reason>" and checks only what
- * needs none. The planner's own tests (golden plans, unit grids) are tests/test_hopper_plan.c, which needs no CUDA;
- * scripts/gpu-check.sh runs this suite under each forcing knob (docs/hopper-knobs.md). Timing is `blockfp8 bench`'s
- * job. */
+ * split-K, poisoned outputs, run-to-run determinism, refusals, bfp8_linear on the device, and stream-K calls on a
+ * partition of the SMs (a green context). Option --small: a few small cases, for compute-sanitizer. Without a device
+ * it prints "hopper: skipped: <reason>" and checks only what needs none. The planner's own tests (golden plans, unit
+ * grids) are tests/test_hopper_plan.c, which needs no CUDA; scripts/gpu-check.sh runs this suite under each forcing
+ * knob (docs/hopper-knobs.md). Timing is `blockfp8 bench`'s job. */
 #include "check.h"
 
 #include "internal.h"
@@ -249,10 +248,6 @@ static float e4m3_table[256];
 /* The stream run_and_check launches on: the default one, or test_sm_partition's (kept here rather than passed
  * through every case). */
 static cudaStream_t run_stream;
-/* The knobs run_and_check plans with instead of the environment's (the wide cases force the wide kernel this way),
- * and the device's SM count for that call; NULL: the gemm hook, with the environment's knobs. */
-static const bfp8_hopper_knobs *run_knobs;
-static int run_sms;
 
 /* Waits for run_stream's call, for at most a minute: a kernel that never ends (a stream-K tail waiting for a CTA that never
  * runs) is reported as a failure instead of hanging the suite. */
@@ -324,7 +319,7 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
         CHECK(cudaDeviceSynchronize() == cudaSuccess, "%s: synchronize before the call", label);
         g.stream = run_stream;
     }
-    bfp8_status st = run_knobs ? bfp8_hopper_run_knobs(&g, run_sms, run_knobs) : b->gemm(b, &g);
+    bfp8_status st = b->gemm(b, &g);
     if (st == BFP8_OK) st = run_stream ? finish_or_time_out(run_stream, label) : bfp8_cuda_synchronize(NULL);
     CHECK(st == BFP8_OK, "%s: gemm: %s", label, bfp8_last_error());
     if (st != BFP8_OK) ok = false;
@@ -509,87 +504,6 @@ static void test_small(const bfp8_backend *b) {
      * warpgroup (M <= 64). */
     sampled_case(b, 200, 7168, 8192, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32, 40, 1 << 20);
     sampled_case(b, 48, 7168, 4096, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32, 40, 1 << 20);
-}
-
-/* The wide kernel (kernel_wide.cuh: 128 x 256 tiles) forced onto a case with BFP8_HOPPER_TILE=256's knobs, and with
- * `splits` K splits of every tile (0: the split model's choice); want_splits: the split count the plan must have (the
- * case reaches the path its comment names), 0 for any. Every element is checked for the poison, a sample against the
- * references, as sampled_case does; `twice`: a second run must give the same bytes. */
-static void wide_case(const bfp8_backend *b, int64_t m, int64_t n, int64_t k, bfp8_scale_format f, bfp8_dtype out,
-                      bool bias, bfp8_dtype bias_dtype, int splits, int want_splits, int64_t sample_rows,
-                      int64_t sample_cols, bool twice) {
-    bfp8_hopper_knobs knobs = *bfp8_hopper_knobs_env();
-    knobs.tile_forced = true, knobs.tile_swap = false, knobs.tile_bq = BFP8_HOPPER_WIDE_BQ;
-    knobs.splits = splits, knobs.force = BFP8_HOPPER_FORCE_NONE;
-    bfp8_hopper_cluster_fit fit;
-    CHECK_OK(bfp8_hopper_device_cluster_fit(&fit));
-    const bfp8_hopper_plan pl = bfp8_hopper_plan_make(m, n, k, run_sms, &fit, &knobs);
-    char plan[192], label[192];
-    bfp8_hopper_plan_describe(&pl, plan, sizeof plan);
-    CHECK(!pl.swap && pl.bq == BFP8_HOPPER_WIDE_BQ && (!want_splits || pl.splits == want_splits),
-          "wide case M=%lld N=%lld K=%lld: planned %s, want the wide tile%s", (long long)m, (long long)n,
-          (long long)k, plan, want_splits > 1 ? " with a K split" : "");
-    snprintf(label, sizeof label, "wide M=%lld N=%lld K=%lld %s out=%s bias=%s splits=%d", (long long)m, (long long)n,
-             (long long)k, bfp8_scale_format_name(f), bfp8_dtype_name(out), bias ? bfp8_dtype_name(bias_dtype) : "none",
-             pl.splits);
-    operands o;
-    acts a = {0};
-    operands_make(&o, m, n, k, f, out == BFP8_DTYPE_F16 ? 1.0f / 64 : 1.0f);
-    acts_make(&a, &o, m);
-    run_knobs = &knobs;
-    run_and_check(b, &o, &a, out, bias_dtype, bias, sample_rows, sample_cols, label);
-    if (twice) {
-        /* Split partials are summed in a fixed order, whole tiles have one: two runs give the same bytes. */
-        const size_t bytes = (size_t)(m * n) * bfp8_dtype_size(out);
-        dev_buf y1 = {0}, y2 = {0};
-        dev_put(&y1, NULL, bytes), dev_put(&y2, NULL, bytes);
-        bfp8_gemm_args g1 = args_of(&o, &a, y1.p, out, NULL, BFP8_DTYPE_F32);
-        bfp8_gemm_args g2 = args_of(&o, &a, y2.p, out, NULL, BFP8_DTYPE_F32);
-        CHECK_OK(bfp8_hopper_run_knobs(&g1, run_sms, &knobs));
-        CHECK_OK(bfp8_hopper_run_knobs(&g2, run_sms, &knobs));
-        CHECK_OK(bfp8_cuda_synchronize(NULL));
-        uint8_t *h1 = xmalloc(bytes), *h2 = xmalloc(bytes);
-        CHECK_OK(bfp8_cuda_download(h1, y1.p, bytes));
-        CHECK_OK(bfp8_cuda_download(h2, y2.p, bytes));
-        CHECK(memcmp(h1, h2, bytes) == 0, "%s: two runs differ", label);
-        free(h1), free(h2);
-        dev_free(&y1), dev_free(&y2);
-    }
-    run_knobs = NULL;
-    acts_free(&a);
-    operands_free(&o);
-}
-
-/* The wide kernel at odd sizes, forced (the default plan takes it only at M >= 512 with many tiles: test_dsr1's M =
- * 4095 cells and the linear case at 520 x 5120). small_only: the cases that compute-sanitizer runs. */
-static void test_wide(const bfp8_backend *b, bool small_only) {
-    /* One tile at every edge: M = 1 (the second warpgroup's rows and 127 of the first's past M), N = 8 (one
-     * 8-row box; the second half's weight scale row past the matrix), K = 16 (one partial K block). */
-    wide_case(b, 1, 8, 16, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32, 0, 1, 1 << 20, 1 << 20, false);
-    /* A partial last K block, N % 8 != 0 (16-bit element stores), fp16 output and a bf16 bias. */
-    wide_case(b, 100, 300, 144, BFP8_SCALE_FP32, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16, 0, 1, 1 << 20, 1 << 20, false);
-    /* K split 4 ways (partials, the reduce kernel) with fp32 output, N odd (element pairs not aligned), UE8M0. */
-    wide_case(b, 129, 257, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32, 0, 4, 1 << 20, 1 << 20, true);
-    /* M = 64: the second consumer's rows all past M; the TMA-store epilogue with the second half partly past N. */
-    wide_case(b, 64, 200, 384, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F16, 1, 1, 1 << 20, 1 << 20, false);
-    /* N = 130: one Q tile cut to a 136-row box (the second half mostly past N), 16-bit element stores, three P
-     * tiles, the last of one row. */
-    wide_case(b, 257, 130, 256, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32, 1, 1, 1 << 20, 1 << 20, false);
-    /* A cut last P tile (104 rows), the TMA store, 32 tiles. */
-    wide_case(b, 1000, 1024, 768, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32, 1, 1, 64, 1 << 20, false);
-    if (small_only) return;
-    /* The brief's odd size: M = 513 (a last P tile of one row, loaded as 8), N = 2112 (a last Q tile of 64 rows: the
-     * second half of every last tile past N), K = 7168, whole tiles with the TMA store; then the split model's two K
-     * splits with fp16 output, twice for determinism. */
-    wide_case(b, 513, 2112, 7168, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32, 1, 1, 40, 1 << 20, false);
-    wide_case(b, 513, 2112, 7168, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, false, BFP8_DTYPE_F32, 0, 2, 40, 1 << 20, true);
-    /* Several tiles per CTA (256 tiles on the SMs): the ring, the turn order and the epilogue's two buffers carried
-     * across tiles; fp16 output with a bf16 bias. */
-    wide_case(b, 4096, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16, 1, 1, 48, 1 << 20, true);
-    /* Three K splits by the knob with fp32 output and a bias added by the reduce; fp32 whole tiles, several a CTA
-     * (192 tiles), with cut last tiles both ways (80 rows, 184 columns). */
-    wide_case(b, 300, 1000, 2048, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F32, 3, 3, 1 << 20, 1 << 20, false);
-    wide_case(b, 2000, 3000, 1536, BFP8_SCALE_FP32, BFP8_DTYPE_F32, true, BFP8_DTYPE_F16, 1, 1, 48, 1 << 20, false);
 }
 
 /* Stream-K with fewer SMs than CTAs. The plan is made for all of the device's SMs (132 CTAs), but the calls run on
@@ -852,12 +766,6 @@ static void test_linear(bool small_only) {
         linear_case(dev, host, 129, 512, 8192, BFP8_SCALE_FP32, false); /* normal, split K */
         linear_case(dev, host, 600, 1536, 768, BFP8_SCALE_UE8M0, true); /* normal, several tiles per CTA */
         linear_case(dev, host, 512, 1024, 2048, BFP8_SCALE_FP32, true); /* normal, four whole P tiles */
-        /* normal, the wide kernel as the default plan picks it on the H200 (100 wide tiles against 200 128-wide
-         * ones), as a programmatic dependent: its consumers read the activation scales after griddepcontrol.wait */
-        const bfp8_hopper_plan wide = bfp8_hopper_plan_make(520, 5120, 1024, 132, NULL, NULL);
-        CHECK(!wide.swap && wide.bq == BFP8_HOPPER_WIDE_BQ, "520 x 5120 x 1024: the default plan on the H200 is not "
-              "the wide tile (BQ=%d)", wide.bq);
-        linear_case(dev, host, 520, 5120, 1024, BFP8_SCALE_FP32, true);
         test_linear_graph(dev, 3, 256, 8192);   /* swapped with split K: every node kind above */
         test_linear_graph(dev, 2100, 2112, 2048); /* stream-K: the flags' memset in the graph */
     }
@@ -942,12 +850,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 256; i++) e4m3_table[i] = bfp8_e4m3_to_f32((uint8_t)i);
     const clock_t t0 = clock();
     test_cluster_fit();
-    int ordinal = 0;
-    CHECK(cudaGetDevice(&ordinal) == cudaSuccess &&
-              cudaDeviceGetAttribute(&run_sms, cudaDevAttrMultiProcessorCount, ordinal) == cudaSuccess && run_sms > 0,
-          "the device's SM count");
     test_small(b);
-    test_wide(b, small_only);
     test_refusals(b);
     test_linear(small_only);
     if (!small_only) test_sm_partition(b);

@@ -254,72 +254,6 @@ static const plan_row kThresholds[] = {
     {    1,  6600,  8192, 132, 0, SWAP,   8,  1,  64,  104,    0, 64,   0, 0, 104, 0},
 };
 
-/* The cells of the tables above where the wide rule (plan.c, bfp8_hopper_plan_make: M >= 512, at least 8 K blocks,
- * 9 x waves(256) <= 5 x waves(128)) puts the wide kernel's 128 x 256 tiles in place of the 128-wide ones, with their
- * default plans. The tables keep the plans from before the rule, which BFP8_HOPPER_WIDE=0 still gives, and
- * check_golden checks both: a change that moved any other cell fails there. DeepSeek-R1 on the H200: M = 512 and 4096
- * on every shape but 2112x7168 (M=4096: 4.1 waves of 128-wide tiles in stream-K against 2.2 wide ones, so 3 waves),
- * 32768x512 (4 K blocks) and, at M = 512, 4096x7168 (one wave of 128-wide tiles; 64 wide ones would leave half the
- * SMs idle); the same M=4096 shapes on 114 SMs; M = 2049 on 78 and 16 SMs; 8192x2112x7168 (5 waves against 9: the
- * rule's tie goes to the wide tile). */
-static const plan_row kWideDefaults[] = {
-    {  512, 24576,  1536, 132, 1, NORM, 256,  1,  12,  384,    0,  0,   0, 0, 132, 0},
-    { 4096, 24576,  1536, 132, 1, NORM, 256,  1,  12, 3072,    0,  0,   0, 0, 132, 0},
-    {  512,  7168, 16384, 132, 1, NORM, 256,  1, 128,  112,    0,  0,   0, 0, 112, 0},
-    { 4096,  7168, 16384, 132, 1, NORM, 256,  1, 128,  896,    0,  0,   0, 0, 132, 0},
-    {  512, 36864,  7168, 132, 1, NORM, 256,  1,  56,  576,    0,  0,   0, 0, 132, 0},
-    { 4096, 36864,  7168, 132, 1, NORM, 256,  1,  56, 4608,    0,  0,   0, 0, 132, 0},
-    {  512,  7168, 18432, 132, 1, NORM, 256,  1, 144,  112,    0,  0,   0, 0, 112, 0},
-    { 4096,  7168, 18432, 132, 1, NORM, 256,  1, 144,  896,    0,  0,   0, 0, 132, 0},
-    { 4096,  4096,  7168, 132, 1, NORM, 256,  1,  56,  512,    0,  0,   0, 0, 132, 0},
-    {  512,  7168,  2048, 132, 1, NORM, 256,  1,  16,  112,    0,  0,   0, 0, 112, 0},
-    { 4096,  7168,  2048, 132, 1, NORM, 256,  1,  16,  896,    0,  0,   0, 0, 132, 0},
-    { 4096, 24576,  1536, 114, 0, NORM, 256,  1,  12, 3072,    0,  0,   0, 0, 114, 0},
-    { 4096,  7168, 16384, 114, 0, NORM, 256,  1, 128,  896,    0,  0,   0, 0, 114, 0},
-    { 4096, 36864,  7168, 114, 0, NORM, 256,  1,  56, 4608,    0,  0,   0, 0, 114, 0},
-    { 4096,  7168, 18432, 114, 0, NORM, 256,  1, 144,  896,    0,  0,   0, 0, 114, 0},
-    { 4096,  4096,  7168, 114, 0, NORM, 256,  1,  56,  512,    0,  0,   0, 0, 114, 0},
-    { 4096,  7168,  2048, 114, 0, NORM, 256,  1,  16,  896,    0,  0,   0, 0, 114, 0},
-    { 2049, 36864,  7168,  78, 0, NORM, 256,  1,  56, 2448,    0,  0,   0, 0,  78, 0},
-    { 2049,  7000,  2304,  16, 0, NORM, 256,  1,  18,  476,    0,  0,   0, 0,  16, 0},
-    { 8192,  2112,  7168, 132, 0, NORM, 256,  1,  56,  576,    0,  0,   0, 0, 132, 0},
-};
-#define WIDE_DEFAULT_ROWS (sizeof kWideDefaults / sizeof kWideDefaults[0])
-
-/* The wide rule at its edges (default plans): M = 511 | 512 (36864x7168, the tie 45 <= 45), 7 | 8 K blocks (M=4096
- * 7168x896 | 7168x1024), and the waves at M = 512: 8448 (2 waves of 128-wide tiles, 1 wide) | 8576 (3 against 2:
- * 18 > 15, the 128-wide tile and its last-wave split). */
-static const plan_row kWideThresholds[] = {
-    {  511, 36864,  7168, 132, 1, NORM, 128,  1,  56, 1152,    0,  0,   0, 0, 132, 0},
-    { 4096,  7168,   896, 132, 1, NORM, 128,  1,   7, 1792,    0,  0,   0, 0, 132, 0},
-    { 4096,  7168,  1024, 132, 1, NORM, 256,  1,   8,  896,    0,  0,   0, 0, 132, 0},
-    {  512,  8448,  7168, 132, 1, NORM, 256,  1,  56,  132,    0,  0,   0, 0, 132, 0},
-    {  512,  8576,  7168, 132, 1, NORM, 128, 28,   2,  376,  264,  0,   0, 0, 132, 0},
-};
-
-static const plan_row *wide_default_of(const plan_row *r) {
-    for (size_t i = 0; i < WIDE_DEFAULT_ROWS; i++) {
-        const plan_row *w = &kWideDefaults[i];
-        if (w->m == r->m && w->n == r->n && w->k == r->k && w->sms == r->sms && w->h200_fit == r->h200_fit) return w;
-    }
-    return NULL;
-}
-
-/* A golden table: every row under BFP8_HOPPER_WIDE=0 (the plans from before the wide rule), and the default plans:
- * the row, or its kWideDefaults row where the rule applies. */
-static size_t g_wide_rows_met;
-static void check_golden(const plan_row *rows, size_t count, const char *what) {
-    const bfp8_hopper_knobs defaults = bfp8_hopper_knobs_default(), before = knobs_of("BFP8_HOPPER_WIDE=0");
-    char what_before[160];
-    snprintf(what_before, sizeof what_before, "%s under BFP8_HOPPER_WIDE=0", what);
-    for (size_t i = 0; i < count; i++) {
-        check_row(&rows[i], &before, what_before);
-        const plan_row *wide = wide_default_of(&rows[i]);
-        g_wide_rows_met += wide != NULL;
-        check_row(wide ? wide : &rows[i], &defaults, what);
-    }
-}
-
 /* The plans that the forcing knobs give (on the H200), which gpu-check runs test_hopper under: every kernel and plan
  * feature that the defaults reach only on some shapes, or not at all (the swapped last-wave split, swapped tiles of
  * 32..128 tokens, stream-K with one consumer warpgroup). Unknown values are ignored. */
@@ -355,28 +289,6 @@ static const struct {
     {"BFP8_HOPPER_SPLITS=40", {    1,  4096,  7168, 132, 1, SWAP,   8, 28,   2,  896,    0,  0,   0, 0, 132, 0}},
     {"BFP8_HOPPER_TILE=96,BFP8_HOPPER_SPLITS=0,BFP8_HOPPER_FORCE=fast",
      {    8, 36864,  7168, 132, 1, SWAP,   8,  1,  56,  360,  264, 32,   0, 0, 132, 0}},
-    /* The wide kernel forced (test_hopper's wide cases): at any M, K splits by the model or the knob, and never
-     * stream-K or the last-wave split, even where those knobs ask for them. */
-    {"BFP8_HOPPER_TILE=256", {    1,     8,    16, 132, 1, NORM, 256,  1,   1,    1,    0,  0,   0, 0,   1, 0}},
-    {"BFP8_HOPPER_TILE=256", {    1,  2112,  7168, 132, 1, NORM, 256, 14,   4,  126,    0,  0,   0, 0, 126, 0}},
-    {"BFP8_HOPPER_TILE=256", {  129,   257,   512, 132, 1, NORM, 256,  4,   1,   16,    0,  0,   0, 0,  16, 0}},
-    {"BFP8_HOPPER_TILE=256", {  513,  2112,  7168, 132, 1, NORM, 256,  2,  28,   90,    0,  0,   0, 0,  90, 0}},
-    {"BFP8_HOPPER_TILE=256,BFP8_HOPPER_SPLITS=1",
-     {  513,  2112,  7168, 132, 1, NORM, 256,  1,  56,   45,    0,  0,   0, 0,  45, 0}},
-    {"BFP8_HOPPER_TILE=256,BFP8_HOPPER_SPLITS=3",
-     {  300,  1000,  2048, 132, 1, NORM, 256,  3,   6,   36,    0,  0,   0, 0,  36, 0}},
-    {"BFP8_HOPPER_TILE=256", { 4096,  2112,  7168, 132, 1, NORM, 256,  1,  56,  288,    0,  0,   0, 0, 132, 0}},
-    {"BFP8_HOPPER_TILE=256,BFP8_HOPPER_FORCE=stream-k",
-     { 4096,  2112,  7168, 132, 1, NORM, 256,  1,  56,  288,    0,  0,   0, 0, 132, 0}},
-    {"BFP8_HOPPER_TILE=256,BFP8_HOPPER_FORCE=last-wave-split",
-     {   16, 36864,  7168, 132, 1, NORM, 256,  7,   8, 1008,    0,  0,   0, 0, 132, 0}},
-    /* The rule's cells: BFP8_HOPPER_WIDE=0 gives the plan from before it, =unordered the same plan as the default
-     * (it picks a kernel variant, not a plan), and the other plan knobs their own plans (BFP8_HOPPER_SPLITS=5 and
-     * FORCE=stream-k at this cell above). */
-    {"BFP8_HOPPER_WIDE=0", { 4096,  7168, 16384, 132, 1, NORM, 128,  1, 128, 1792,    0,  0,   0, 0, 132, 0}},
-    {"BFP8_HOPPER_WIDE=unordered",
-     { 4096,  7168, 16384, 132, 1, NORM, 256,  1, 128,  896,    0,  0,   0, 0, 132, 0}},
-    {"BFP8_HOPPER_WIDE=1", { 4096,  7168, 16384, 132, 1, NORM, 256,  1, 128,  896,    0,  0,   0, 0, 132, 0}},
 };
 
 static void test_forced(void) {
@@ -388,22 +300,9 @@ static void test_forced(void) {
     }
 }
 
-static bool plans_equal(const bfp8_hopper_plan *a, const bfp8_hopper_plan *b) {
-    return a->swap == b->swap && a->bq == b->bq && a->p_tiles == b->p_tiles && a->q_tiles == b->q_tiles &&
-           a->splits == b->splits && a->kb_per_split == b->kb_per_split && a->units == b->units &&
-           a->grid == b->grid && a->whole_units == b->whole_units && a->csplit == b->csplit &&
-           a->slice_rows == b->slice_rows && a->sk_tiles == b->sk_tiles && a->sk_pieces == b->sk_pieces;
-}
-
 /* Every plan of a grid (DeepSeek-R1 and ragged shapes, M = 1..130 and six larger, 132/114/78/16 SMs, no clusters /
- * the H200's / a small device's) as one FNV-1a hash of their plan lines. Under BFP8_HOPPER_WIDE=0: the value the
- * planner gave before it moved out of the CUDA code (commit 1e16e46), and before the wide rule. The default plans:
- * that plan in every cell, except where the wide rule applies (re-derived here from its statement in plan.c), where
- * it is the forced wide plan; their hash and the count of those cells pin the rule's reach. A change of any plan in
- * the grid changes a hash; the tables above say which. */
-/* The default plans of the grid below: how many cells take the wide tile, and the hash of their plan lines. */
-#define WIDE_GRID_CELLS 834
-#define WIDE_GRID_HASH 0x580a11be6078b437ull
+ * the H200's / a small device's) as one FNV-1a hash of their plan lines: the value the planner gave before it moved
+ * out of the CUDA code (commit 1e16e46). A change of any plan in the grid changes it; the tables above say which. */
 static void test_grid_fingerprint(void) {
     static const int64_t shapes[][2] = {
         {2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {36864, 7168}, {7168, 18432}, {4096, 7168},
@@ -420,53 +319,30 @@ static void test_grid_fingerprint(void) {
     for (int m = 1; m <= 130; m++) ms[nm++] = m;
     static const int64_t more[] = {256, 512, 1000, 2049, 4096, 8192};
     for (int i = 0; i < 6; i++) ms[nm++] = more[i];
-    const bfp8_hopper_knobs before = knobs_of("BFP8_HOPPER_WIDE=0"), forced_wide = knobs_of("BFP8_HOPPER_TILE=256");
-    uint64_t hash = 0xcbf29ce484222325ull, hash_default = hash;
-    int plans = 0, wide_cells = 0, differ = 0;
+    uint64_t hash = 0xcbf29ce484222325ull;
+    int plans = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int i = 0; i < nm; i++)
             for (size_t c = 0; c < sizeof sms / sizeof sms[0]; c++)
                 for (int f = 0; f < 3; f++) {
-                    const int64_t m = ms[i], n = shapes[s][0], k = shapes[s][1];
-                    const bfp8_hopper_plan p = bfp8_hopper_plan_make(m, n, k, sms[c], fits[f], &before);
-                    const bfp8_hopper_plan d = bfp8_hopper_plan_make(m, n, k, sms[c], fits[f], NULL);
-                    const bool rule = !p.swap && p.bq == 128 && m >= 512 && (k + 127) / 128 >= 8 &&
-                                      9 * ((bfp8_hopper_normal_tiles(m, n, 256) + sms[c] - 1) / sms[c]) <=
-                                          5 * ((bfp8_hopper_normal_tiles(m, n, 128) + sms[c] - 1) / sms[c]);
-                    const bfp8_hopper_plan want =
-                        rule ? bfp8_hopper_plan_make(m, n, k, sms[c], fits[f], &forced_wide) : p;
-                    char plan[192], line[256], got[192], wanted[192];
+                    const bfp8_hopper_plan p =
+                        bfp8_hopper_plan_make(ms[i], shapes[s][0], shapes[s][1], sms[c], fits[f], NULL);
+                    char plan[192], line[256];
                     bfp8_hopper_plan_describe(&p, plan, sizeof plan);
-                    int len = snprintf(line, sizeof line, "%lld %lld %lld sms=%d fit=%s: %s\n", (long long)m,
-                                       (long long)n, (long long)k, sms[c], fit_names[f], plan);
+                    const int len = snprintf(line, sizeof line, "%lld %lld %lld sms=%d fit=%s: %s\n",
+                                             (long long)ms[i], (long long)shapes[s][0], (long long)shapes[s][1],
+                                             sms[c], fit_names[f], plan);
                     for (int b = 0; b < len; b++) hash = (hash ^ (unsigned char)line[b]) * 0x100000001b3ull;
-                    bfp8_hopper_plan_describe(&d, got, sizeof got);
-                    len = snprintf(line, sizeof line, "%lld %lld %lld sms=%d fit=%s: %s\n", (long long)m,
-                                   (long long)n, (long long)k, sms[c], fit_names[f], got);
-                    for (int b = 0; b < len; b++) hash_default = (hash_default ^ (unsigned char)line[b]) * 0x100000001b3ull;
-                    if (!plans_equal(&d, &want) && differ++ < 5) {
-                        bfp8_hopper_plan_describe(&want, wanted, sizeof wanted);
-                        CHECK(0, "default plan of M=%lld N=%lld K=%lld on %d SMs (fit %s): %s, want %s%s", (long long)m,
-                              (long long)n, (long long)k, sms[c], fit_names[f], got, wanted,
-                              rule ? " (the wide rule applies)" : "");
-                    }
                     plans++;
-                    wide_cells += rule;
                 }
-    CHECK(differ == 0, "%d default plans of the grid differ from the rule's", differ);
-    CHECK(plans == 52224 && hash == 0xa525e7e9a8f43c3bull, "the grid's %d plans under BFP8_HOPPER_WIDE=0 hash to "
-          "0x%016llx, want 52224 plans, 0xa525e7e9a8f43c3b", plans, (unsigned long long)hash);
-    CHECK(wide_cells == WIDE_GRID_CELLS && hash_default == WIDE_GRID_HASH, "the wide rule applies to %d cells of the "
-          "grid, whose default plans hash to 0x%016llx; want %d cells, 0x%016llx", wide_cells,
-          (unsigned long long)hash_default, WIDE_GRID_CELLS, (unsigned long long)WIDE_GRID_HASH);
+    CHECK(plans == 52224 && hash == 0xa525e7e9a8f43c3bull, "the grid's %d plans hash to 0x%016llx, want 52224 plans, "
+          "0xa525e7e9a8f43c3b", plans, (unsigned long long)hash);
 }
 
 /* The knobs' parsing: the values docs/hopper-knobs.md lists, and what is ignored. */
 static void test_knobs(void) {
     const bfp8_hopper_knobs d = bfp8_hopper_knobs_default();
-    CHECK(!d.tile_forced && !d.splits && d.force == BFP8_HOPPER_FORCE_NONE && d.wide == BFP8_HOPPER_WIDE_DEFAULT &&
-              !d.trace && !d.log_plans,
-          "defaults");
+    CHECK(!d.tile_forced && !d.splits && d.force == BFP8_HOPPER_FORCE_NONE && !d.trace && !d.log_plans, "defaults");
     static const struct {
         const char *env;
         bool forced, swap;
@@ -476,9 +352,7 @@ static void test_knobs(void) {
                  {"BFP8_HOPPER_TILE=swap128", true, true, 128}, {"BFP8_HOPPER_TILE=swap0", true, true, 0},
                  {"BFP8_HOPPER_TILE=32", false, false, 0},      {"BFP8_HOPPER_TILE=swap12", false, false, 0},
                  {"BFP8_HOPPER_TILE=64x", false, false, 0},     {"BFP8_HOPPER_TILE=", false, false, 0},
-                 {"BFP8_HOPPER_TILE=swap256", false, false, 0}, {"", false, false, 0},
-                 {"BFP8_HOPPER_TILE=256", true, false, 256},    {"BFP8_HOPPER_TILE=512", false, false, 0},
-                 {"BFP8_HOPPER_TILE=192", false, false, 0}};
+                 {"BFP8_HOPPER_TILE=swap256", false, false, 0}, {"", false, false, 0}};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
         const bfp8_hopper_knobs k = knobs_of(tiles[i].env);
         CHECK(k.tile_forced == tiles[i].forced && k.tile_swap == tiles[i].swap && k.tile_bq == tiles[i].bq,
@@ -504,17 +378,6 @@ static void test_knobs(void) {
     for (size_t i = 0; i < sizeof forces / sizeof forces[0]; i++)
         CHECK(knobs_of(forces[i].env).force == forces[i].force, "'%s': force %d", forces[i].env,
               (int)knobs_of(forces[i].env).force);
-    static const struct {
-        const char *env;
-        bfp8_hopper_wide wide;
-    } wides[] = {{"BFP8_HOPPER_WIDE=0", BFP8_HOPPER_WIDE_OFF},
-                 {"BFP8_HOPPER_WIDE=unordered", BFP8_HOPPER_WIDE_UNORDERED},
-                 {"BFP8_HOPPER_WIDE=1", BFP8_HOPPER_WIDE_DEFAULT},
-                 {"BFP8_HOPPER_WIDE=", BFP8_HOPPER_WIDE_DEFAULT},
-                 {"BFP8_HOPPER_WIDE=off", BFP8_HOPPER_WIDE_DEFAULT}};
-    for (size_t i = 0; i < sizeof wides / sizeof wides[0]; i++)
-        CHECK(knobs_of(wides[i].env).wide == wides[i].wide, "'%s': wide %d", wides[i].env,
-              (int)knobs_of(wides[i].env).wide);
     CHECK(knobs_of("BFP8_HOPPER_TRACE=1").trace && !knobs_of("BFP8_HOPPER_TRACE=0").trace, "BFP8_HOPPER_TRACE");
     CHECK(knobs_of("BFP8_LOG=dispatch+hopper").log_plans && !knobs_of("BFP8_LOG=dispatch").log_plans, "BFP8_LOG");
     /* The process's environment is read once, and the test runs under none of these (gpu-check's variants set
@@ -547,7 +410,6 @@ static void test_defaults_and_lines(void) {
         {4096, 2112, 7168, "normal BQ=128 splits=1 (K blocks per split 56) units=792 (whole 396; stream-K over 148 "
                            "tiles, up to 3 pieces a CTA) grid=132"},
         {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
-        {4096, 7168, 16384, "normal BQ=256 splits=1 (K blocks per split 128) units=896 (whole 0) grid=132"},
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         const bfp8_hopper_plan p = bfp8_hopper_plan_make(lines[i].m, lines[i].n, lines[i].k, 132, &kH200ClusterFit,
@@ -577,11 +439,8 @@ static void test_unit_grids(void) {
                                        "BFP8_HOPPER_TILE=128",
                                        "BFP8_HOPPER_TILE=swap",
                                        "BFP8_HOPPER_TILE=swap16",
-                                       "BFP8_HOPPER_SPLITS=3",
-                                       "BFP8_HOPPER_TILE=256",
-                                       "BFP8_HOPPER_TILE=256,BFP8_HOPPER_SPLITS=3",
-                                       "BFP8_HOPPER_WIDE=0"};
-    int checked = 0, sliced = 0, stream_k = 0, in_clusters = 0, split = 0, wide = 0;
+                                       "BFP8_HOPPER_SPLITS=3"};
+    int checked = 0, sliced = 0, stream_k = 0, in_clusters = 0, split = 0;
     for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++) {
         const bfp8_hopper_knobs knobs = knobs_of(envs[e]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -600,20 +459,13 @@ static void test_unit_grids(void) {
                     checked++;
                     sliced += p.slice_rows != 0, stream_k += p.sk_tiles != 0, in_clusters += p.csplit != 0;
                     split += p.splits > 1 && !p.csplit;
-                    wide += !p.swap && p.bq == 256;
-                    CHECK(p.swap || p.bq != 256 || (!p.sk_tiles && !p.whole_units && !p.csplit && !p.slice_rows),
-                          "a wide plan with stream-K, whole tiles beside splits, clusters or slices: M=%lld N=%lld "
-                          "K=%lld under '%s'", (long long)ms[i], (long long)shapes[s][0], (long long)shapes[s][1],
-                          envs[e]);
                 }
     }
     /* The grid reaches every kind of plan. */
-    CHECK(sliced && stream_k && in_clusters && split && wide,
-          "plans with slices %d, stream-K %d, clusters %d, reduce %d, wide %d", sliced, stream_k, in_clusters, split,
-          wide);
-    printf("unit grids: %d plans checked (%d with row slices, %d stream-K, %d summed in clusters, %d reduced, %d "
-           "wide)\n",
-           checked, sliced, stream_k, in_clusters, split, wide);
+    CHECK(sliced && stream_k && in_clusters && split, "plans with slices %d, stream-K %d, clusters %d, reduce %d",
+          sliced, stream_k, in_clusters, split);
+    printf("unit grids: %d plans checked (%d with row slices, %d stream-K, %d summed in clusters, %d reduced)\n",
+           checked, sliced, stream_k, in_clusters, split);
 }
 
 /* check_units must reject plans whose units miss or repeat outputs. */
@@ -623,7 +475,7 @@ static void test_check_units_rejects(void) {
         const char *what;
     } shapes[] = {{129, 8576, 4096, "a last-wave split"}, {8, 36864, 7168, "row slices"},
                   {4096, 2112, 7168, "stream-K"},         {1, 4096, 7168, "a split summed in clusters"},
-                  {4096, 32768, 512, "whole tiles"},      {4096, 7168, 16384, "wide tiles"}};
+                  {512, 7168, 16384, "whole tiles"}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const bfp8_hopper_plan good =
             bfp8_hopper_plan_make(shapes[i].m, shapes[i].n, shapes[i].k, 132, &kH200ClusterFit, NULL);
@@ -651,14 +503,11 @@ static void test_check_units_rejects(void) {
 
 int main(void) {
     test_seed();
-    check_golden(kDsr1OnH200, sizeof kDsr1OnH200 / sizeof kDsr1OnH200[0], "DeepSeek-R1 plan on the H200");
-    check_golden(kNoClusters, sizeof kNoClusters / sizeof kNoClusters[0], "plan without clusters");
-    check_golden(kTestCasesOnH200, sizeof kTestCasesOnH200 / sizeof kTestCasesOnH200[0], "test case on the H200");
-    check_golden(kOtherSms, sizeof kOtherSms / sizeof kOtherSms[0], "plan on other SMs");
-    check_golden(kThresholds, sizeof kThresholds / sizeof kThresholds[0], "plan at a threshold");
-    CHECK(g_wide_rows_met == WIDE_DEFAULT_ROWS, "%zu of the %zu wide default plans belong to a golden row",
-          g_wide_rows_met, (size_t)WIDE_DEFAULT_ROWS);
-    check_rows(kWideThresholds, sizeof kWideThresholds / sizeof kWideThresholds[0], "plan at the wide rule's edge");
+    check_rows(kDsr1OnH200, sizeof kDsr1OnH200 / sizeof kDsr1OnH200[0], "DeepSeek-R1 plan on the H200");
+    check_rows(kNoClusters, sizeof kNoClusters / sizeof kNoClusters[0], "plan without clusters");
+    check_rows(kTestCasesOnH200, sizeof kTestCasesOnH200 / sizeof kTestCasesOnH200[0], "test case on the H200");
+    check_rows(kOtherSms, sizeof kOtherSms / sizeof kOtherSms[0], "plan on other SMs");
+    check_rows(kThresholds, sizeof kThresholds / sizeof kThresholds[0], "plan at a threshold");
     test_grid_fingerprint();
     test_forced();
     test_knobs();

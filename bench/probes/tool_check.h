@@ -1,5 +1,5 @@
-/* For the standalone GPU probes in bench/probes/ (launch_floor.cu, first_load.cu, smem_bw.cu): a failed CUDA call
- * ends the tool with its file, line, call and message. */
+/* For the standalone GPU probes in bench/probes/ (launch_floor.cu, first_load.cu): a failed CUDA call ends the tool with
+ * its file, line, call and message. */
 #pragma once
 #include <cuda_runtime.h>
 #include <stdio.h>

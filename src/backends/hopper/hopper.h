@@ -12,11 +12,8 @@ extern "C" {
 
 /* The backend: caps, priority, gemm (backend.c). */
 const bfp8_backend *bfp8_hopper_backend(void);
-/* Runs a problem the backend takes on a device of `sms` SMs (launch.cu), with the environment's knobs. */
+/* Runs a problem the backend takes on a device of `sms` SMs (launch.cu). */
 bfp8_status bfp8_hopper_run(const bfp8_gemm_args *args, int sms);
-/* The same with the given knobs (tests force plans this way within one process; the run-time conditions of the gemm
- * hook are the caller's to meet). */
-bfp8_status bfp8_hopper_run_knobs(const bfp8_gemm_args *args, int sms, const bfp8_hopper_knobs *knobs);
 /* The clusters that fit at once on the current device with the CSPLIT kernels: what hopper's plans on it use
  * (queried once per process; launch.cu). */
 bfp8_status bfp8_hopper_device_cluster_fit(bfp8_hopper_cluster_fit *out);

@@ -25,7 +25,7 @@ static void parse_tile(const char *e, bfp8_hopper_knobs *k) {
     const long v = *num ? strtol(num, &end, 10) : 0;
     const bool whole = !*num || (end != num && *end == '\0');
     const bool ok = whole && (swap ? (v == 0 || v == 8 || v == 16 || v == 32 || v == 64 || v == 128)
-                                   : (v == 64 || v == 128 || v == 256));
+                                   : (v == 64 || v == 128));
     if (!ok) return;
     k->tile_forced = true;
     k->tile_swap = swap;
@@ -40,19 +40,11 @@ static bfp8_hopper_force parse_force(const char *e) {
     return BFP8_HOPPER_FORCE_NONE;
 }
 
-static bfp8_hopper_wide parse_wide(const char *e) {
-    if (!e) return BFP8_HOPPER_WIDE_DEFAULT;
-    if (strcmp(e, "0") == 0) return BFP8_HOPPER_WIDE_OFF;
-    if (strcmp(e, "unordered") == 0) return BFP8_HOPPER_WIDE_UNORDERED;
-    return BFP8_HOPPER_WIDE_DEFAULT;
-}
-
 bfp8_hopper_knobs bfp8_hopper_knobs_parse(const char *(*lookup)(const char *name)) {
     bfp8_hopper_knobs k = bfp8_hopper_knobs_default();
     parse_tile(lookup("BFP8_HOPPER_TILE"), &k);
     k.splits = parse_count(lookup("BFP8_HOPPER_SPLITS"), 1, 1024, 0);
     k.force = parse_force(lookup("BFP8_HOPPER_FORCE"));
-    k.wide = parse_wide(lookup("BFP8_HOPPER_WIDE"));
     const char *trace = lookup("BFP8_HOPPER_TRACE");
     k.trace = trace && trace[0] == '1';
     const char *log = lookup("BFP8_LOG");

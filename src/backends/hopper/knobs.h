@@ -24,20 +24,8 @@ typedef enum bfp8_hopper_force {
     BFP8_HOPPER_FORCE_STREAM_K,
 } bfp8_hopper_force;
 
-/* BFP8_HOPPER_WIDE: the wide kernel (the normal path's 128 x 256 tiles, kernel_wide.cuh) where the rule picks it, or
- * not. */
-typedef enum bfp8_hopper_wide {
-    BFP8_HOPPER_WIDE_DEFAULT = 0,
-    /* "0": never where the rule would pick it: the plans from before it (128-wide tiles there). */
-    BFP8_HOPPER_WIDE_OFF,
-    /* "unordered": wherever the wide kernel runs, its two consumer warpgroups issue their MMAs without taking turns
-     * (the measurement of the turn order). */
-    BFP8_HOPPER_WIDE_UNORDERED,
-} bfp8_hopper_wide;
-
 typedef struct bfp8_hopper_knobs {
-    /* BFP8_HOPPER_TILE: "64", "128" or "256" forces the normal path with weight tiles that wide (256: the wide
-     * kernel, at every M); "swap" the swapped path
+    /* BFP8_HOPPER_TILE: "64" or "128" forces the normal path with weight tiles that wide; "swap" the swapped path
      * while M <= 128 with a Q tile of the power of two >= M, "swapN" (N = 8, 16, 32, 64, 128) with Q tiles of N
      * tokens (several when M > N). Anything else is ignored. */
     bool tile_forced;
@@ -47,7 +35,6 @@ typedef struct bfp8_hopper_knobs {
      * row slices or stream-K (the sweeps that calibrate the split model); 0: the model decides. */
     int splits;
     bfp8_hopper_force force;
-    bfp8_hopper_wide wide;
     /* BFP8_HOPPER_TRACE=1 in a build made with `make HOPPER_TRACE=1`: the kernel stamps its timeline and each call
      * prints where its time went (synchronizes the stream: diagnosis only). */
     bool trace;

@@ -15,7 +15,6 @@
 #include "backends/hopper/epilogue.cuh"
 #include "backends/hopper/hopper.h"
 #include "backends/hopper/kernel.cuh"
-#include "backends/hopper/kernel_wide.cuh"
 extern "C" {
 #include "backends/cuda/cuda_glue.h" /* device info, stream-ordered scratch, bfp8_fail */
 }
@@ -148,35 +147,9 @@ cudaError_t launch_kernel(const TensorMaps &maps, const HopperParams &hp, int gr
     return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
 }
 
-/* The wide kernel (kernel_wide.cuh), with or without its consumers' turn order, as a persistent grid of `grid` CTAs. */
-template <bool ORDERED>
-cudaError_t launch_wide(const TensorMaps &maps, const HopperParams &hp, int grid, cudaStream_t stream) {
-    auto kernel = hopper_wide_kernel<ORDERED>;
-    constexpr int smem = WideConfig::kSmemBytes;
-    static bool attr_set = false; /* idempotent: a race only sets it twice */
-    if (!attr_set) {
-        const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        attr_set = true;
-    }
-    if (!hp.dependent) {
-        kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
-        return cudaGetLastError();
-    }
-    const KernelLaunch launch(grid, kThreads, smem, stream, true, 1);
-    return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
-}
-
-/* The kernel of the plan's tiling, with the plan's invariants that the kernel relies on checked again. wide_ordered:
- * the wide kernel's consumers take turns (bfp8_hopper_knobs::wide). */
+/* The kernel of the plan's tiling, with the plan's invariants that the kernel relies on checked again. */
 cudaError_t launch_planned(const bfp8_hopper_plan &pl, const TensorMaps &maps, const HopperParams &hp,
-                           cudaStream_t stream, bool wide_ordered) {
-    if (!pl.swap && pl.bq == BFP8_HOPPER_WIDE_BQ) {
-        /* Whole tiles or K splits of every tile only (kernel_wide.cuh). */
-        if (pl.csplit || pl.sk_tiles || pl.slice_rows || pl.whole_units) return cudaErrorInvalidConfiguration;
-        return wide_ordered ? launch_wide<true>(maps, hp, pl.grid, stream)
-                            : launch_wide<false>(maps, hp, pl.grid, stream);
-    }
+                           cudaStream_t stream) {
     if (pl.csplit) {
         /* One unit per CTA and a kernel for the tiling (bfp8_hopper_params::csplit, csplit_fits). */
         const bool one_unit_each =
@@ -351,12 +324,9 @@ const bfp8_hopper_cluster_fit &device_cluster_fit(int sms) {
 } // namespace
 
 extern "C" bfp8_status bfp8_hopper_run(const bfp8_gemm_args *args, int sms) {
-    return bfp8_hopper_run_knobs(args, sms, bfp8_hopper_knobs_env());
-}
-
-extern "C" bfp8_status bfp8_hopper_run_knobs(const bfp8_gemm_args *args, int sms, const bfp8_hopper_knobs *knobs) {
     const int64_t m = args->m, n = args->n, k = args->k;
     if (m == 0 || n == 0) return BFP8_OK;
+    const bfp8_hopper_knobs *knobs = bfp8_hopper_knobs_env();
     const bfp8_hopper_plan pl = bfp8_hopper_plan_make(m, n, k, sms, &device_cluster_fit(sms), knobs);
     const int64_t kblocks = bfp8_ceil_div(k, kBK);
     const int64_t sa_ld = bfp8_round_up(m, 4);
@@ -390,8 +360,6 @@ extern "C" bfp8_status bfp8_hopper_run_knobs(const bfp8_gemm_args *args, int sms
     hp.bias_dtype = args->bias ? (int)args->bias_dtype : -1;
     hp.y = args->y;
     hp.y_dtype = (int)args->y_dtype;
-    hp.sa = (const float *)args->a_scales.data;
-    hp.sa_ld = sa_ld;
     /* Not with stream-K: its flags' memset comes between the kernel that wrote the activations and this one, and the
      * consumers read the flags without a griddepcontrol.wait of their own: a plain launch orders them after it. The
      * programmatic launch is worth 3.5-4% of a DeepSeek-R1 decode step. */
@@ -443,7 +411,7 @@ extern "C" bfp8_status bfp8_hopper_run_knobs(const bfp8_gemm_args *args, int sms
             return bfp8_fail(BFP8_ERR_DEVICE, "hopper: stream-K flags memset failed");
         }
     }
-    cudaError_t e = launch_planned(pl, maps, hp, stream, knobs->wide != BFP8_HOPPER_WIDE_UNORDERED);
+    cudaError_t e = launch_planned(pl, maps, hp, stream);
     if (knobs->log_plans) {
         char line[160];
         bfp8_hopper_plan_describe(&pl, line, sizeof line);

@@ -138,11 +138,7 @@ static bfp8_hopper_plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int
      * rasterization group (decode_unit numbers them P tile fastest; the whole tiles are rounded down to full
      * columns). On the swapped path the row slices below take its place wherever it would apply. */
     const int across = bfp8_hopper_plan_activation_tiles(&pl); /* tiles that share a column range of the output */
-    /* The wide kernel runs K splits (partial units) but neither of the two schemes below: they were measured on the
-     * 64- and 128-wide tiles only. */
-    const bool wide = !pl.swap && pl.bq == BFP8_HOPPER_WIDE_BQ;
-    if (across <= (pl.swap ? 1 : kGroupP) && tiles > sms && tiles % sms != 0 && kblocks >= 32 && !knobs->splits &&
-        !wide) {
+    if (across <= (pl.swap ? 1 : kGroupP) && tiles > sms && tiles % sms != 0 && kblocks >= 32 && !knobs->splits) {
         const int64_t whole = tiles / sms * sms / across * across, tail = tiles - whole;
         int s = (int)(sms / tail);
         if (s > kblocks) s = kblocks;
@@ -172,7 +168,7 @@ static bfp8_hopper_plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int
      * where a K split does not pay either, it is not measured), with two consumer warpgroups (M > 64: at M <= 64 the
      * weight stream runs at the chip's rate already), and not in place of a K split (the last-wave split above keeps
      * its reduce). BFP8_HOPPER_FORCE=stream-k lifts those three conditions. */
-    if (!pl.swap && !wide && !knobs->splits && knobs->force != BFP8_HOPPER_FORCE_LAST_WAVE_SPLIT && !pl.csplit &&
+    if (!pl.swap && !knobs->splits && knobs->force != BFP8_HOPPER_FORCE_LAST_WAVE_SPLIT && !pl.csplit &&
         (pl.splits == 1 || pl.whole_units) && tiles % sms != 0) {
         const int64_t full_waves = tiles / sms;
         const int64_t whole = full_waves >= 1 ? (full_waves - 1) * sms : 0, sk_tiles = tiles - whole;
@@ -243,17 +239,6 @@ int64_t bfp8_hopper_normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_cei
  *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
  *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
- *  - at large M, the wide kernel's 128 x 256 tiles in place of 128-wide ones (kernel_wide.cuh): a 128 x 128 x 128
- *    block has its 32 KB written into shared memory and 48 KB read from it by the wgmmas in 512 MMA clocks (160
- *    B/clk against the SM's ~128) and 32 KB fetched from the L2 (8.4 KB/clk over 132 SMs); a 128 x 256 block needs
- *    144 B/clk and 6.3 KB/clk for its twice the MMAs. Taken where M >= 512 (BFP8_HOPPER_WIDE_MIN_M), K has at least 8
- *    blocks (BFP8_HOPPER_WIDE_MIN_KBLOCKS: below that the epilogue, the same per MAC but in one piece per wide tile,
- *    weighs as much as the main loop) and the wide tiles' waves cost no more, a wide tile counted as 1.8 128-wide
- *    ones (predicted, not yet measured): 9 x waves(256) <= 5 x waves(128). That picks it at M = 512 and 4096 for
- *    every DeepSeek-R1 shape but 2112x7168 (4.1 waves of 128-wide tiles in stream-K against 2.2 wide ones, 3 with the
- *    last nearly empty), 32768x512 (4 K blocks) and, at M = 512, 4096x7168 (one wave of 128-wide tiles). Not under
- *    BFP8_HOPPER_SPLITS or BFP8_HOPPER_FORCE, whose plans stay those they were measured with, nor with
- *    BFP8_HOPPER_WIDE=0.
  * knobs->tile_* (BFP8_HOPPER_TILE) override the choice. */
 bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms, const bfp8_hopper_cluster_fit *fit,
                                        const bfp8_hopper_knobs *knobs) {
@@ -270,13 +255,7 @@ bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms,
     }
     const int64_t waves64 = bfp8_ceil_div(bfp8_hopper_normal_tiles(m, n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(bfp8_hopper_normal_tiles(m, n, 128), sms);
-    const int64_t waves_wide = bfp8_ceil_div(bfp8_hopper_normal_tiles(m, n, BFP8_HOPPER_WIDE_BQ), sms);
-    int bq = 2 * waves64 <= 3 * waves128 ? 64 : 128;
-    if (bq == 128 && m >= BFP8_HOPPER_WIDE_MIN_M && bfp8_ceil_div(k, kBK) >= BFP8_HOPPER_WIDE_MIN_KBLOCKS &&
-        9 * waves_wide <= 5 * waves128 && !knobs->splits && knobs->force == BFP8_HOPPER_FORCE_NONE &&
-        knobs->wide != BFP8_HOPPER_WIDE_OFF)
-        bq = BFP8_HOPPER_WIDE_BQ;
-    const bfp8_hopper_plan nrm = plan_tiling(false, bq, m, n, k, sms, fit, knobs);
+    const bfp8_hopper_plan nrm = plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, fit, knobs);
     /* M = 9..16 where the normal path splits its last wave's K (36864x7168): the swapped path with row slices there,
      * which needs no reduce kernel after the GEMM. */
     if (m <= 16 && nrm.whole_units && nrm.splits > 1) {

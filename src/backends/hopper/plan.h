@@ -20,16 +20,6 @@ extern "C" {
  * this): the row slices' in-flight estimate. */
 enum { BFP8_HOPPER_STAGES_SWAP8 = 12 };
 
-/* The wide kernel (kernel_wide.cuh): normal-path tiles of 128 activation rows x 256 weight rows, and where the default
- * plan takes it (plan.c, bfp8_hopper_plan_make): M >= WIDE_MIN_M, K of at least WIDE_MIN_KBLOCKS blocks, and its waves
- * predicted no dearer than the 128-wide tiles' (a wide tile taken as 1.8 128-wide ones: 9 x waves(256) <= 5 x
- * waves(128)). */
-enum {
-    BFP8_HOPPER_WIDE_BQ = 256,
-    BFP8_HOPPER_WIDE_MIN_M = 512,
-    BFP8_HOPPER_WIDE_MIN_KBLOCKS = 8,
-};
-
 /* How many clusters of each size (index: CTAs per cluster, 2..BFP8_HOPPER_MAX_SPLIT_CLUSTER) the device runs at once
  * with the CSPLIT kernels (one CTA per SM; a cluster's CTAs share one GPC, so this is not sms / size). All 0: none,
  * and the plan never sums splits inside clusters (what plans made without a device see). */
@@ -39,7 +29,7 @@ typedef struct bfp8_hopper_cluster_fit {
 
 typedef struct bfp8_hopper_plan {
     bool swap; /* P = weights, Q = tokens (decode) */
-    int bq;    /* Q rows per tile: 8..128 swapped, 64, 128 or 256 (the wide kernel) normal */
+    int bq;    /* Q rows per tile: 8..128 swapped, 64 or 128 normal */
     int p_tiles, q_tiles, splits, kb_per_split, units, grid;
     int whole_units; /* bfp8_hopper_params::whole_units */
     int csplit;      /* the splits summed inside clusters of this many CTAs (bfp8_hopper_params::csplit); 0: reduce */

@@ -125,10 +125,6 @@ typedef struct bfp8_hopper_params {
     float *sk_slots;     /* [sk_ctas][2 warpgroups][BFP8_HOPPER_SK_SLOT_FLOATS(BQ)]: a piece's partial */
     unsigned *sk_flags;  /* [sk_ctas][2 warpgroups]: 1 once the slot is written */
     unsigned *sk_ticket; /* the tickets handed out so far (zeroed with the flags) */
-    /* The activation scales ([kblocks][sa_ld] fp32, MN-major aligned) for the kernels whose consumers read them from
-     * global memory instead of the stages (the wide kernel, kernel_wide.cuh). */
-    const float *sa;
-    int64_t sa_ld;
 } bfp8_hopper_params;
 
 /* A work unit: (P tile, Q tile, split) and its K-block range [kb0, kb1); partial: the unit writes fp32 partial sums
