@@ -53,15 +53,17 @@ def dtype_enum(dt):
 
 def out_dtype_enum(spec):
     """An output dtype given as a torch dtype, a numpy dtype (or type) or a name: 'bf16', 'float16', ..."""
-    try:
-        return _out_cache[spec]
-    except (KeyError, TypeError):
-        pass
+    # Names and torch dtypes first, without the cache: under torch.compile, Dynamo cannot look a torch dtype up in a
+    # dict that holds numpy dtypes (it cannot tell whether they hash: seen with torch 2.11).
     if isinstance(spec, str):
         name = spec.lower()
     elif type(spec).__name__ == "dtype" and type(spec).__module__ == "torch":
         name = str(spec).rsplit(".", 1)[-1]
     else:
+        try:
+            return _out_cache[spec]
+        except (KeyError, TypeError):
+            pass
         try:
             name = np.dtype(spec).name
         except TypeError:
@@ -69,10 +71,11 @@ def out_dtype_enum(spec):
     enum = _OUT_NAMES.get(name)
     if enum is None:
         raise ValueError(f"output dtype {spec!r} is not supported: blockfp8 writes bfloat16, float16 or float32")
-    try:
-        _out_cache[spec] = enum
-    except TypeError:
-        pass
+    if not isinstance(spec, str) and type(spec).__module__ != "torch":
+        try:
+            _out_cache[spec] = enum
+        except TypeError:
+            pass
     return enum
 
 
