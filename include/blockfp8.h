@@ -376,7 +376,7 @@ bfp8_status bfp8_linear(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_lin
 /* ---------------------------------------------------------------------------------------------------------------
  * Grouped GEMM (mixture-of-experts): G weights of the same shape, each row of A multiplied by the weight of its
  * group. The layouts and their names follow DeepGEMM's m_grouped_fp8_gemm_nt_{contiguous,masked}, so an engine can
- * swap one for the other; docs/grouped.md lists the differences. Numerics: DESIGN section 3 per group, and a
+ * swap one for the other; docs/grouped.md lists the differences. Numerics: docs/numerics.md per group, and a
  * group's rows get, byte for byte, what the dense call of the same backend gives on those rows alone (on the
  * backends that keep that promise: docs/grouped.md).
  *

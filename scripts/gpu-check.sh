@@ -122,7 +122,7 @@ step bench timeout 300 build/blockfp8 bench --device cuda --backend all --baseli
     --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --json "$out/bench.json" >"$out/bench.log" 2>"$out/bench.err"
 # cuda_generic against Triton (issue 4) with the dirty flush, the slower one for us and the one PyTorch's zero_()
 # flushes leave (bench/RESULTS.md, "The L2 flush"): against a Triton block-FP8 kernel timed in this run by the same
-# method (bench/triton_baseline.py, needs torch and triton), and against the Triton anchor of shared/BENCHMARKS.md
+# method (bench/triton_baseline.py, needs torch and triton), and against the Triton anchor of bench/data/anchors-h200-2026-11-30.csv
 # where shared/ is here (scripts/compare-anchors.py OUTDIR/bench-dirty.json).
 step bench-dirty timeout 300 build/blockfp8 bench --device cuda --backend cuda_generic \
     --baseline cublaslt --l2 dirty --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 \

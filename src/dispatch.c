@@ -1,4 +1,4 @@
-/* The dispatcher (DESIGN section 4): capability checks, the pure selection function, the registry, policies,
+/* The dispatcher (docs/dispatch.md): capability checks, the pure selection function, the registry, policies,
  * thread-safe statistics, BFP8_LOG=dispatch and explain. */
 #include "internal.h"
 #include "rank.h"

@@ -1,4 +1,4 @@
-/* Scalar number formats (DESIGN section 3): E4M3, UE8M0, bf16, fp16, the single rounding of doubles, and the
+/* Scalar number formats (docs/numerics.md): E4M3, UE8M0, bf16, fp16, the single rounding of doubles, and the
  * enum name/parse helpers. Everything works on the bit patterns, so results do not depend on the FPU rounding mode
  * and every rounding is exactly one round-to-nearest-even step. */
 #include "internal.h"

@@ -106,7 +106,7 @@ static inline bool bfp8_is_float_dtype(bfp8_dtype dt) {
 /* Rounds a double once to the output dtype (the reference's single rounding). */
 void bfp8_store_f64(void *p, bfp8_dtype dt, int64_t i, double v);
 
-/* Scale of one group from its amax over finite values (DESIGN section 3). */
+/* Scale of one group from its amax over finite values (docs/numerics.md). */
 float bfp8_group_scale(float amax, bfp8_scale_format format);
 
 /* Host scans for the non-finite statistics: NaN E4M3 codes (0x7F, 0xFF) among `count` codes; inf and NaN among
@@ -128,7 +128,7 @@ void bfp8_dispatch_count(bfp8_dispatcher *d, const bfp8_nonfinite_stats *add);
  * progress, no memory), and the call is then recorded as uncounted. */
 int64_t *bfp8_dispatch_cuda_counters(bfp8_dispatcher *d, void *stream);
 /* The reference's value of y[m, n] before its one rounding: block partials and promotion in double, the bias
- * added (DESIGN section 3). Shared by `ref` and the `cpu` backend's overflow path, so both give the same bytes. */
+ * added (docs/numerics.md). Shared by `ref` and the `cpu` backend's overflow path, so both give the same bytes. */
 double bfp8_ref_element(const bfp8_gemm_args *a, int64_t m, int64_t n);
 /* Validates GEMM arguments (shapes, pointers, scale descriptors, dtypes, y overlapping an operand). */
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args);

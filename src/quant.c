@@ -1,4 +1,4 @@
-/* Host quantization (DESIGN section 3): activations in 1x128 groups along K, weights in 128x128 blocks, fp32 or
+/* Host quantization (docs/numerics.md): activations in 1x128 groups along K, weights in 128x128 blocks, fp32 or
  * UE8M0 scales written through any layout; dequantization and the fp32 -> UE8M0 weight requantization.
  *
  * One driver (quantize_groups) serves all three quantizers: a group is `group_rows` rows (1 for activations, 128

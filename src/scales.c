@@ -127,7 +127,7 @@ void bfp8_scales_clear(bfp8_scales *s) {
     if (bytes) memset(s->data, 0, bytes);
 }
 
-/* A UE8M0 scale as DESIGN section 3 makes them: 2^(e-127) for a biased exponent e in [1, 254], i.e. an exact
+/* A UE8M0 scale as docs/numerics.md makes them: 2^(e-127) for a biased exponent e in [1, 254], i.e. an exact
  * power of two in [2^-126, 2^127] (what the packed layout holds). NaN, inf, zero and negatives are not. */
 static bool is_packable_power_of_two(float v) {
     return v >= 0x1p-126f && v <= 0x1p127f && bfp8_ue8m0_to_f32(bfp8_ue8m0_ceil(v)) == v;

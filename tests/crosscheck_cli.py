@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Cross-checks `blockfp8 quantize` and `blockfp8 linear` against an independent numpy implementation of
-DESIGN section 3.
+docs/numerics.md.
 
 quantize: the bytes and scales must be bit-exact (E4M3 RNE via ml_dtypes after clipping to +-448; non-finite
 inputs -> NaN with their sign, never in a scale; amax over the finite values that exist; s = amax / 448 in

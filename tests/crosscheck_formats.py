@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Cross-checks libblockfp8's number formats and quantizers against numpy + ml_dtypes (DESIGN section 3).
+"""Cross-checks libblockfp8's number formats and quantizers against numpy + ml_dtypes (docs/numerics.md).
 
 Usage: python3 tests/crosscheck_formats.py --build build [--seed N]
 Loads BUILD/libblockfp8.so with ctypes. Every expected value is computed here, independently of the library:
 E4M3 decoding and encoding by ml_dtypes.float8_e4m3fn (after clipping to +-448, since its cast gives NaN rather
-than saturating, and with the sign of NaN kept as DESIGN says), cross-checked by a second pure-numpy nearest-code
+than saturating, and with the sign of NaN kept as docs/numerics.md says), cross-checked by a second pure-numpy nearest-code
 encoder; bf16/f16 by ml_dtypes.bfloat16 / np.float16; the quantizers by the numpy implementation of section 3 in
 tests/numpy_ref.py.
 Ends with "crosscheck_formats: N passed, M failed" and exits non-zero on any failure.

@@ -1,6 +1,6 @@
-"""The numpy implementation of DESIGN section 3 that the cross-checks (tests/crosscheck_*.py) compare libblockfp8
+"""The numpy implementation of docs/numerics.md that the cross-checks (tests/crosscheck_*.py) compare libblockfp8
 with, and their pass/fail tally. Nothing here touches the library: E4M3 encoding is ml_dtypes.float8_e4m3fn after
-clipping to +-448 (its cast gives NaN rather than saturating), with the sign of NaN kept as DESIGN says."""
+clipping to +-448 (its cast gives NaN rather than saturating), with the sign of NaN kept as docs/numerics.md says."""
 import sys
 
 import ml_dtypes

@@ -223,7 +223,7 @@ static char *case_label(const lt_data *t, char *buf, size_t size) {
 
 /* Every element of a downloaded output against the fp64 product (a per-element bound: the output's rounding plus
  * 2^-10 of the magnitude of its terms, far below what one wrong block, scale or row gives), the relative Frobenius
- * error against the reference backend (DESIGN's tolerance), and DeepGEMM's calc_diff against the unquantized
+ * error against the reference backend (the numerics' (docs/numerics.md) tolerance), and DeepGEMM's calc_diff against the unquantized
  * product. */
 static void data_verify(bfp8_dispatcher *d, lt_data *t, const uint8_t *y, bool guard_ok, const char *how) {
     const lt_case *c = &t->c;
@@ -252,7 +252,7 @@ static void data_verify(bfp8_dispatcher *d, lt_data *t, const uint8_t *y, bool g
 
     /* The reference backend (f32 output: one rounding of its double sum) on every row of small problems, else on
      * the first, the last four (where M % 4 runs differently) and a random sample; it must agree with the fp64
-     * product computed here, and the output must be within DESIGN's tolerance of it. */
+     * product computed here, and the output must be within the numerics' (docs/numerics.md) tolerance of it. */
     const bool all_rows = (double)m * (double)n * (double)k <= 3e7;
     int64_t rows[24];
     int64_t nrows = 0;
@@ -447,7 +447,7 @@ static void check_dtypes_and_bias(bfp8_dispatcher *d) {
                     check_case(d, c);
                 }
             }
-    /* f32 output: declined (it misses DESIGN's 2.5e-4; the caps say so), with and without a bias. */
+    /* f32 output: declined (it misses the numerics' (docs/numerics.md) 2.5e-4; the caps say so), with and without a bias. */
     check_declined(d, LT(4, 256, 512, BFP8_DTYPE_F32, -1, 0), "output dtype f32");
     check_declined(d, LT(5, 256, 512, BFP8_DTYPE_F32, BFP8_DTYPE_BF16, 1), "output dtype f32");
 }

@@ -1,4 +1,4 @@
-/* Scalar formats (DESIGN section 3): E4M3, UE8M0, bf16, fp16, the single rounding of doubles, names.
+/* Scalar formats (docs/numerics.md): E4M3, UE8M0, bf16, fp16, the single rounding of doubles, names.
  * Expected values come from independent brute-force references built on doubles: the nearest representable value
  * found by searching a table of every code, ties broken towards the even code. */
 #include "check.h"

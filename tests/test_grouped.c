@@ -183,7 +183,7 @@ static bfp8_dispatcher *strict_dispatcher(const char *name) {
 static double ref_tolerance(bfp8_dtype dt) { /* one rounding of the output dtype */
     return dt == BFP8_DTYPE_BF16 ? 4e-3 : dt == BFP8_DTYPE_F16 ? 5e-4 : 1e-6;
 }
-static double cpu_tolerance(bfp8_dtype dt) { /* DESIGN section 3, CPU backends */
+static double cpu_tolerance(bfp8_dtype dt) { /* docs/numerics.md, CPU backends */
     return dt == BFP8_DTYPE_BF16 ? 8e-3 : dt == BFP8_DTYPE_F16 ? 1e-3 : 1e-5;
 }
 

@@ -1,5 +1,5 @@
 /* The sm_90a backend `hopper`: its declared capabilities and priority (without a device too), and on an H200 its
- * results against an independent double computation of the same quantized inputs (DESIGN section 3 tolerances) and
+ * results against an independent double computation of the same quantized inputs (docs/numerics.md tolerances) and
  * calc_diff against the unquantized product: ragged M x all eight DeepSeek-R1 (N, K) shapes, K and N at their
  * boundaries, every output and bias dtype, both scale formats, the swapped (decode) and normal paths with and without
  * split-K, poisoned outputs, run-to-run determinism, refusals, bfp8_linear on the device, and stream-K calls on a
@@ -331,7 +331,7 @@ static bool run_and_check(const bfp8_backend *b, const operands *o, const acts *
           (long long)(m * n));
     if (unwritten) ok = false;
 
-    /* Reference on the sample: double sums per K block, promoted with the two scales (DESIGN section 3), and the
+    /* Reference on the sample: double sums per K block, promoted with the two scales (docs/numerics.md), and the
      * unquantized product for calc_diff. */
     int64_t *rows = xmalloc(sizeof(int64_t) * (size_t)(m < sample_rows ? m : sample_rows));
     int64_t *cols = xmalloc(sizeof(int64_t) * (size_t)(n < sample_cols ? n : sample_cols));

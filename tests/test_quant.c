@@ -1,4 +1,4 @@
-/* Quantization, dequantization, requantization and scale layouts (DESIGN section 3), against a reference written
+/* Quantization, dequantization, requantization and scale layouts (docs/numerics.md), against a reference written
  * here from the spec: amax in double over the finite values that exist, the scale by its own route (frexp for
  * UE8M0), E4M3 by a table search, scale positions by the test's own index arithmetic. */
 #include "check.h"

@@ -28,7 +28,7 @@ static const char USAGE[] =
     "  --device D        cpu (default) or cuda (device memory, CUDA events, L2 flushed between runs)\n"
     "  --backend NAME    a backend, or all: every backend of the device except the scalar reference `ref`\n"
     "                    (default: cpu on the cpu, all on cuda)\n"
-    "  --shapes S        dsr1 (the eight DeepSeek-R1 layers of BENCHMARKS.md, default) or N x K pairs: 2112x7168,...\n"
+    "  --shapes S        dsr1 (the eight DeepSeek-R1 layers of bench/data/dsr1_shapes.csv, default) or N x K pairs: 2112x7168,...\n"
     "  --m LIST          token counts (default 1,16,128,512 on cpu; 1,16,64,128,512,4096 on cuda)\n"
     "  --out-dtype T     bf16 (default), fp16 or fp32\n"
     "  --scale-format F  fp32 (default) or ue8m0\n"

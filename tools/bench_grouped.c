@@ -22,7 +22,7 @@ static const char USAGE[] =
     "Times one grouped GEMM call over G experts with T tokens (rows) each, on DeepSeek-R1's expert layers, and the\n"
     "same work as one dense call per expert (the baseline), in the same run; ratio = baseline / grouped, so above\n"
     "1 is faster. Contiguous: each expert's T rows one segment padded to 128 rows (DeepGEMM's layout); masked:\n"
-    "[G, max_m, K] with max_m = max(128, round_up(2T, 128)) and masked_m = expected_m = T (BENCHMARKS.md's cells).\n"
+    "[G, max_m, K] with max_m = max(128, round_up(2T, 128)) and masked_m = expected_m = T (the cells of bench/data/moe-anchor-h200-2026-12-04.csv).\n"
     "Operands are random FP8 codes with random power-of-two scales (fp32 format).\n"
     "  --experts G       experts (default 8)\n"
     "  --tokens LIST     tokens per expert (default: contiguous 128,512; masked 16,64)\n"

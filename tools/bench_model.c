@@ -13,7 +13,7 @@
 static const char *USAGE =
     "usage: blockfp8 bench --model dsr1 [--batch LIST] [--device cpu|cuda] [--backend NAME] [--compare]\n"
     "                      [--scale-format fp32|ue8m0] [--iters N] [--json FILE] [--seed S]\n"
-    "  One forward step through the DeepSeek-R1 dense-path linear layers (shared/BENCHMARKS.md), in model order.\n"
+    "  One forward step through the DeepSeek-R1 dense-path linear layers (bench/data/dsr1_shapes.csv), in model order.\n"
     "  Weights are random FP8 of the real shapes, resident on the device; each layer's bf16 input is quantized in\n"
     "  the call. Prints per layer the backend chosen and its median time, then the step time and tokens/s.\n"
     "  --batch LIST   tokens per step, comma-separated (default 1)\n"

@@ -15,7 +15,7 @@ static const char usage[] =
     "Runs every backend of the default dispatcher (strict policy) against the reference backend `ref` on fresh\n"
     "random problems: ragged shapes (K not a multiple of 128, N = 2112 and smaller N % 128 = 64 variants, M = 0,\n"
     "1 and odd), every output dtype, fp32 and UE8M0 scales, with and without bias. Prints OK / FAIL / NOT\n"
-    "SUPPORTED per backend; exits 1 on any FAIL. Tolerances (relative Frobenius error vs ref, DESIGN section 3):\n"
+    "SUPPORTED per backend; exits 1 on any FAIL. Tolerances (relative Frobenius error vs ref, docs/numerics.md):\n"
     "bf16 8e-3, fp16 1e-3, fp32 2.5e-4 (1e-5 for CPU backends). `ref` itself is checked against an fp64 product\n"
     "of the dequantized operands.\n"
     "Then the grouped (MoE) GEMM of every backend that has one, on contiguous (128-aligned and scattered rows,\n"

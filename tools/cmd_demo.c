@@ -16,7 +16,7 @@ static const char usage[] =
     "N=2112, K=7168), quantizes it to block FP8, runs bfp8_linear on the backend the default dispatcher chooses\n"
     "(auto, or BFP8_BACKEND), then on the reference backend (on the host), and prints the decision, the errors\n"
     "and the times.\n"
-    "Exits 1 unless the error vs the reference is within DESIGN section 3's tolerance and calc_diff vs the\n"
+    "Exits 1 unless the error vs the reference is within docs/numerics.md's tolerance and calc_diff vs the\n"
     "unquantized fp32 product is under 1e-3.\n"
     "  --m, --n, --k     shape (defaults 16, 2112, 7168)\n"
     "  --out-dtype       output dtype (default bf16)\n"

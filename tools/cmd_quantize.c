@@ -10,7 +10,7 @@ static const char usage[] =
     "usage: blockfp8 quantize --kind act|weight --in IN.safetensors --out OUT.safetensors [--tensor NAME]...\n"
     "                         [--skip PATTERN]... [--scale-format fp32|ue8m0]\n"
     "\n"
-    "Quantizes 2-D F32/BF16/F16 tensors to F8_E4M3 with fp32 or power-of-two (UE8M0) scales (DESIGN section 3).\n"
+    "Quantizes 2-D F32/BF16/F16 tensors to F8_E4M3 with fp32 or power-of-two (UE8M0) scales (docs/numerics.md).\n"
     "  --kind act      NAME [M,K] -> NAME (F8_E4M3 [M,K]) + NAME_scale (F32 [M, ceil(K/128)]), one scale per\n"
     "                  token per group of 128 along K\n"
     "  --kind weight   NAME [N,K] -> NAME (F8_E4M3 [N,K]) + NAME_scale_inv (F32 [ceil(N/128), ceil(K/128)]),\n"

@@ -19,7 +19,7 @@ static const char usage[] =
     "top_k distinct experts per token, gate weights a softmax of random logits. The tokens are laid out as the\n"
     "grouped GEMM takes them: contiguous (each expert's rows one segment padded to 128 rows with -1, DeepGEMM's\n"
     "layout) or masked ([G, max_m, H] with the count per expert). Both grouped linear calls run on the backend the\n"
-    "dispatcher chooses and on `ref`; exits 1 unless each is within DESIGN section 3's tolerance of ref and its\n"
+    "dispatcher chooses and on `ref`; exits 1 unless each is within docs/numerics.md's tolerance of ref and its\n"
     "calc_diff vs the unquantized product is under 1e-3.\n"
     "  --experts G       experts (default 8)\n"
     "  --top-k K         experts per token (default 2)\n"

@@ -99,7 +99,7 @@ def check_group_size(group_size, eps):
     if group_size != BLOCK:
         raise ValueError(f"group_size={group_size!r}: blockfp8 quantizes in groups of {BLOCK} only")
     if eps != 1e-10:
-        raise ValueError(f"eps={eps!r}: blockfp8's amax floor is fixed at 1e-10 (DESIGN section 3)")
+        raise ValueError(f"eps={eps!r}: blockfp8's amax floor is fixed at 1e-10 (docs/numerics.md)")
 
 
 def check_block_size(block_size, what="block_size"):

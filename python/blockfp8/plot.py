@@ -3,7 +3,7 @@
 One column per layer shape (N x K); rows: the time per call against the floor, the bandwidth achieved (TB/s)
 against the memory roof, the compute achieved (TFLOP/s) against the FP8 peak; x is M (tokens). Every backend of
 the file is a line, the baseline (cublaslt on cuda, openblas on cpu) dashed beside them. The floor is the larger of
-the bytes that must move (N*K + M*K + 2*M*N, as shared/BENCHMARKS.md) at the roof and 2*M*N*K at the peak; on
+the bytes that must move (N*K + M*K + 2*M*N, the floor of bench/data/README.md) at the roof and 2*M*N*K at the peak; on
 cuda files the H200's 4.25 TB/s and 1979 TFLOP/s (dense FP8) are the defaults, elsewhere give --bandwidth and
 --peak or the floors are left out. Needs matplotlib (pip install matplotlib)."""
 import argparse
@@ -49,7 +49,7 @@ def table(records, out_dtype=None):
         if us <= 0:
             continue
         m, n, k = r["m"], r["n"], r["k"]
-        # The bench's own figures where it wrote them, else the bytes and flops of shared/BENCHMARKS.md.
+        # The bench's own figures where it wrote them, else the bytes and flops of the floor (bench/data/README.md).
         out_bytes = OUT_BYTES.get(str(r.get("out_dtype")), 2)
         tbs = r["gbs"] / 1000 if "gbs" in r else (n * k + m * k + out_bytes * m * n) / us * 1e-6
         tflops = r["tflops"] if "tflops" in r else 2.0 * m * n * k / us * 1e-6

@@ -1,7 +1,7 @@
 /* Private interface between the `cpu` backend's driver (cpu.c) and its ISA-specific kernels (cpu_avx2.c).
  *
  * Every kernel has a portable C twin in cpu.c that computes in the same order with the same fused operations, so
- * both paths give the same bytes (NaN payloads aside). Canonical orders (DESIGN section 3 leaves "fp32 or better"):
+ * both paths give the same bytes (NaN payloads aside). Canonical orders (docs/numerics.md leaves "fp32 or better"):
  * - small-M path, one (m, n): per 128-block kb, 8 lanes v_i. For M = 1: 32 fp32 lanes, lane L accumulating the
  *   products k = L mod 32 with FMA in k order, folded to v_i = (L_i + L_{8+i}) + (L_{16+i} + L_{24+i}); for M >= 2:
  *   lane i accumulates the products k = i mod 8 with FMA in k order (the kernel blocks 4 weight rows x 3

@@ -1,4 +1,4 @@
-/* The reference backend: the oracle every other backend is measured against (DESIGN section 3).
+/* The reference backend: the oracle every other backend is measured against (docs/numerics.md).
  * Products and sums in double, the two scales applied per 128-deep K block, bias added, one final rounding. */
 #include "internal.h"
 

@@ -1,5 +1,5 @@
 """Shared fixtures of the Python package's tests. The oracle is independent of the library: tests/numpy_ref.py
-(DESIGN section 3 in numpy) and the float64 block GEMM and safetensors code of tests/crosscheck_cli.py.
+(docs/numerics.md in numpy) and the float64 block GEMM and safetensors code of tests/crosscheck_cli.py.
 
 Fresh random data per run; the seed is printed (BFP8_TEST_SEED=S replays). BFP8_CLI names the blockfp8 binary
 (default: build/blockfp8 of this checkout)."""

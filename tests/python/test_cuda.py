@@ -1,5 +1,5 @@
 """CUDA tensors (skipped without a GPU): the outputs on the input's device, the same bytes as the CPU path for
-quantization, GEMMs within DESIGN's GPU tolerances of the float64 oracle, the layouts the Hopper kernels read
+quantization, GEMMs within the numerics' (docs/numerics.md) GPU tolerances of the float64 oracle, the layouts the Hopper kernels read
 derived from the scales' strides, CUDA-graph capture and replay with identical bytes, torch.compile (inductor and
 reduce-overhead), work on torch.cuda.current_stream(), no host synchronization."""
 import numpy as np

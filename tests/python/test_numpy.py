@@ -1,4 +1,4 @@
-"""The numpy path against the independent numpy implementation of DESIGN section 3 (tests/numpy_ref.py) and a
+"""The numpy path against the independent numpy implementation of docs/numerics.md (tests/numpy_ref.py) and a
 float64 block GEMM: bit-exact quantization for every input dtype, leading dimensions, ragged K and N, UE8M0 and
 every scale layout; GEMMs within one ulp (ref) or the CPU tolerance (cpu)."""
 import ml_dtypes
@@ -235,7 +235,7 @@ def test_uint8_codes_and_non_contiguous_inputs(rng):
 
 
 def test_nan_inf_inputs(rng):
-    """Non-finite activations encode as NaN (sign kept) and never reach a scale (DESIGN section 3)."""
+    """Non-finite activations encode as NaN (sign kept) and never reach a scale (docs/numerics.md)."""
     x = rng.standard_normal((2, 256)).astype(np.float32)
     x[0, 3], x[0, 4], x[1, 200] = np.nan, np.inf, -np.inf
     q, s = blockfp8.per_token_group_quant_fp8(x)

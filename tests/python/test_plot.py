@@ -46,7 +46,7 @@ def test_table_and_floors(tmp_path):
     assert us == 11.0  # the median of the three runs; the f32 record is another table
     assert tbs == pytest.approx((2112 * 7168 + 7168 + 2 * 2112) / 11.0 * 1e-6)
     assert 16 not in cells[(2112, 7168)]["hopper"]
-    # the floor of BENCHMARKS.md: bytes at 4.25 TB/s (M=1 2112x7168: 3.6 us)
+    # the floor (bench/data/README.md): bytes at 4.25 TB/s (M=1 2112x7168: 3.6 us)
     assert plot.floor_us(1, 2112, 7168, 2, 4.25, 1979) == pytest.approx(3.56, abs=0.01)
     path = tmp_path / "b.json"
     path.write_text(json.dumps(records))

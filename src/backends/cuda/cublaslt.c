@@ -26,7 +26,7 @@
  *
  * Algorithms: the heuristic's first choice under a 32 MiB workspace cap (cuBLAS's size for Hopper), cached per
  * shape (M as posed, N, K, dtypes, pointer alignments) with its descriptors in a mutex-guarded LRU table. torch's
- * cap is 1 MiB: on the H200 (BENCHMARKS.md, 2026-12-04) its choice ran 1.14-1.29x slower at M = 64 and 128 on
+ * cap is 1 MiB: on the H200 (bench/data/side-by-side-h200-2026-12-04.csv) its choice ran 1.14-1.29x slower at M = 64 and 128 on
  * four of the eight DeepSeek-R1 shapes, and up to 9% faster in other cells, so neither cap is best everywhere.
  * BFP8_CUBLASLT_TUNE=1 instead times the heuristic's first candidates and torch's choice on the call's own
  * operands the first time a shape is seen, and keeps the fastest: a host synchronization per new shape (never
@@ -615,7 +615,7 @@ const bfp8_backend bfp8_backend_cublaslt = {
             .device = BFP8_DEVICE_CUDA,
             .min_arch = 90,
             .max_arch = 90,
-            /* fp32 output runs but misses DESIGN's 2.5e-4 tolerance (measured 1.5e-4..3.4e-4 against the
+            /* fp32 output runs but misses the numerics' (docs/numerics.md) 2.5e-4 tolerance (measured 1.5e-4..3.4e-4 against the
              * reference: its FP8 accumulation inside a block is coarser than cuda_generic's 5e-8), so it is not
              * declared; bf16 (2e-3 < 8e-3) and fp16 (3-4e-4 < 1e-3) are. */
             .out_dtypes = BFP8_BIT(BFP8_DTYPE_BF16) | BFP8_BIT(BFP8_DTYPE_F16),

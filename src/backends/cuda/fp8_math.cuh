@@ -1,4 +1,4 @@
-/* Bit-exact scalar conversions shared by the CUDA kernels (DESIGN section 3). Written in integer arithmetic so the
+/* Bit-exact scalar conversions shared by the CUDA kernels (docs/numerics.md). Written in integer arithmetic so the
  * bytes match the host's bfp8_e4m3_from_f32 / bfp8_ue8m0_ceil on every input, subnormals and ties included. */
 #ifndef BFP8_FP8_MATH_CUH
 #define BFP8_FP8_MATH_CUH
