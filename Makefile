@@ -278,14 +278,22 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/blockfp8 $(DESTDIR)$(PKGCONFIGDIR)/blockfp8.pc
 
 # --- the main job ---------------------------------------------------------------------------------------------------
-demo: all
+# The quick start's two commands, `make demo` and `make test`, run `make deps` first where something is missing
+# (installing needs root), so that they work on a fresh machine; every other target, plain `make` included, only
+# checks and says what is missing.
+demo:
+	@$(MAKE) --no-print-directory -s check-deps >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
+	$(MAKE) --no-print-directory all
 	./$(CLI) demo
 
 # --- tests ----------------------------------------------------------------------------------------------------------
 # The whole suite, one stage after the other (each stage builds in parallel): plain build and unit tests, ptxas
 # report, GPU tools compiled, the exported symbols, install, what the CLI loads (memory limits, OpenBLAS), a
 # non-root CPU-only build, the sanitizer build, the clang build, CLI end-to-end, numpy cross-check, short fuzz.
-test: check-test-deps
+test:
+	@{ $(MAKE) --no-print-directory -s check-test-deps && sh scripts/install-python-deps.sh --check $(PYTHON_VENV); } \
+	    >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
+	$(MAKE) --no-print-directory check-test-deps
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory check-unit
 	$(MAKE) --no-print-directory check-ptxas
