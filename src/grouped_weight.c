@@ -89,8 +89,8 @@ static bfp8_status hold_host_layout(bfp8_grouped_weight *w, bfp8_scale_layout la
     return BFP8_OK;
 }
 
-bfp8_status bfp8_grouped_weight_create(bfp8_grouped_weight **out, const uint8_t *q, int64_t groups, int64_t n,
-                                       int64_t k, const bfp8_scales *scales) {
+bfp8_status bfp8_grouped_weight_create(const uint8_t *q, int64_t groups, int64_t n,
+                                       int64_t k, const bfp8_scales *scales, bfp8_grouped_weight **out) {
     BFP8_CHECK_ARG(out, "grouped_weight_create: out is NULL");
     *out = NULL;
     BFP8_CHECK_ARG(scales, "grouped_weight_create: scales is NULL");
@@ -116,8 +116,8 @@ bfp8_status bfp8_grouped_weight_create(bfp8_grouped_weight **out, const uint8_t 
     return BFP8_OK;
 }
 
-bfp8_status bfp8_grouped_weight_quantize(bfp8_grouped_weight **out, const void *wdata, bfp8_dtype w_dtype,
-                                         int64_t groups, int64_t n, int64_t k, bfp8_scale_format format,
+bfp8_status bfp8_grouped_weight_quantize(const void *wdata, bfp8_dtype w_dtype,
+                                         int64_t groups, int64_t n, int64_t k, bfp8_scale_format format, bfp8_grouped_weight **out,
                                          int64_t *nonfinite) {
     BFP8_CHECK_ARG(out, "grouped_weight_quantize: out is NULL");
     *out = NULL;

@@ -4,6 +4,7 @@
 
 #include "blockfp8.h"
 #include "blockfp8_backend.h"
+#include "blockfp8_grouped.h"
 
 #include <stdarg.h>
 #include <stdbool.h>

@@ -7,6 +7,7 @@
  * Without a device it checks that grouped CUDA calls say why and prints "cuda_grouped: skipped: <why>";
  * BFP8_REQUIRE_CUDA=1 turns a missing device into a failure. */
 #include "check.h"
+#include "blockfp8_grouped.h"
 #include "internal.h"
 
 #ifdef BFP8_WITH_CUDA
@@ -418,7 +419,7 @@ static void test_linear(void) {
     float *w = malloc(sizeof(float) * G * N * K);
     for (int64_t i = 0; i < G * N * K; i++) w[i] = test_randn(0.04f);
     bfp8_grouped_weight *gw = NULL;
-    CHECK_OK(bfp8_grouped_weight_quantize(&gw, w, BFP8_DTYPE_F32, G, N, K, BFP8_SCALE_UE8M0, NULL));
+    CHECK_OK(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_F32, G, N, K, BFP8_SCALE_UE8M0, &gw, NULL));
     bfp8_dispatcher *d = strict_dispatcher("cuda_generic"), *ref = strict_dispatcher("ref");
     CHECK_OK(bfp8_grouped_weight_prepare(gw, d, "cuda_generic"));
     bfp8_grouped_weight_info info;

@@ -10,6 +10,7 @@
  * - `explain` saying which cell ranked a problem, or that the priorities did.
  * - On the host, `cpu` for every DeepSeek-R1 layer. */
 #include "check.h"
+#include "blockfp8_grouped.h"
 #include "internal.h"
 #include "rank.h"
 #ifdef BFP8_WITH_CUDA

@@ -3,6 +3,7 @@
  * unwritten, edge cases (G=1, G=256, empty groups, all padding, masked_m 0 or max_m), bad contents, dispatch of
  * grouped problems, grouped weights, the grouped linear layer and loading a checkpoint's experts. */
 #include "check.h"
+#include "blockfp8_grouped.h"
 #include "internal.h"
 
 #include <unistd.h>
@@ -658,7 +659,7 @@ static void test_grouped_weight(void) {
     for (int f = 0; f < 2; f++) {
         bfp8_grouped_weight *gw = NULL;
         int64_t nonfinite = -1;
-        CHECK_OK(bfp8_grouped_weight_quantize(&gw, w, BFP8_DTYPE_F32, G, N, K, (bfp8_scale_format)f, &nonfinite));
+        CHECK_OK(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_F32, G, N, K, (bfp8_scale_format)f, &gw, &nonfinite));
         if (!gw) continue;
         CHECK(nonfinite == 0, "nonfinite %lld", (long long)nonfinite);
         bfp8_grouped_weight_info info;
@@ -690,7 +691,7 @@ static void test_grouped_weight(void) {
         bfp8_scales os;
         void *obuf = scales_to(s.data, G, nb, kb, (bfp8_scale_format)f, other, &os);
         bfp8_grouped_weight *gw2 = NULL;
-        CHECK_OK(bfp8_grouped_weight_create(&gw2, q, G, N, K, &os));
+        CHECK_OK(bfp8_grouped_weight_create(q, G, N, K, &os, &gw2));
         if (gw2) {
             const uint8_t *q2;
             bfp8_scales s2;
@@ -708,11 +709,11 @@ static void test_grouped_weight(void) {
         bfp8_grouped_weight_free(gw);
     }
     bfp8_grouped_weight *bad = NULL;
-    CHECK_STATUS(bfp8_grouped_weight_quantize(&bad, w, BFP8_DTYPE_F32, 0, N, K, BFP8_SCALE_FP32, NULL),
+    CHECK_STATUS(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_F32, 0, N, K, BFP8_SCALE_FP32, &bad, NULL),
                  BFP8_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(bfp8_grouped_weight_quantize(&bad, NULL, BFP8_DTYPE_F32, G, N, K, BFP8_SCALE_FP32, NULL),
+    CHECK_STATUS(bfp8_grouped_weight_quantize(NULL, BFP8_DTYPE_F32, G, N, K, BFP8_SCALE_FP32, &bad, NULL),
                  BFP8_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(bfp8_grouped_weight_quantize(&bad, w, BFP8_DTYPE_E4M3, G, N, K, BFP8_SCALE_FP32, NULL),
+    CHECK_STATUS(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_E4M3, G, N, K, BFP8_SCALE_FP32, &bad, NULL),
                  BFP8_ERR_INVALID_ARGUMENT);
     CHECK(bad == NULL, "no weight on failure");
     free(w);
@@ -731,7 +732,7 @@ static void test_grouped_linear(void) {
             const int64_t rows = masked ? G * M : M;
             bfp8_dispatcher *d = strict_dispatcher(HOST_BACKENDS[b]);
             bfp8_grouped_weight *gw = NULL;
-            CHECK_OK(bfp8_grouped_weight_quantize(&gw, w, BFP8_DTYPE_F32, G, N, K, BFP8_SCALE_UE8M0, NULL));
+            CHECK_OK(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_F32, G, N, K, BFP8_SCALE_UE8M0, &gw, NULL));
             CHECK_OK(bfp8_grouped_weight_prepare(gw, d, NULL));
             uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(rows * K));
             for (int64_t i = 0; i < rows * K; i++) x[i] = bfp8_bf16_from_f32(test_randn(1.0f));

@@ -4,6 +4,7 @@
  * `cublaslt` backend, strict). The cells are those of bench/data/moe-anchor-h200-2026-12-04.csv: contiguous, each expert's
  * T rows one 128-aligned segment; masked, max_m = max(128, round_up(2 x T, 128)) with masked_m = expected_m = T. */
 #include "cli.h"
+#include "blockfp8_grouped.h"
 #include "cuda_timer.h"
 
 #include <inttypes.h>

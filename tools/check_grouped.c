@@ -4,6 +4,7 @@
  * run must write every used row and leave every unused one (padding, beyond masked_m) as it was. `ref` itself is
  * held against an fp64 product of the dequantized operands. */
 #include "cli.h"
+#include "blockfp8_grouped.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,6 +3,7 @@
  * (gate_up fused, then down) with SiLU(gate) * up between them; the experts' outputs are combined per token. Each
  * grouped GEMM is checked against the reference backend on the same inputs and against the unquantized product. */
 #include "cli.h"
+#include "blockfp8_grouped.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -247,8 +248,8 @@ int cmd_demo_moe(int argc, char **argv) {
     printf("%s\n", G > 16 ? " ..." : "");
 
     bfp8_status st;
-    if ((st = bfp8_grouped_weight_quantize(&w_gu, wgu, BFP8_DTYPE_F32, G, 2 * I, H, BFP8_SCALE_FP32, NULL)) ||
-        (st = bfp8_grouped_weight_quantize(&w_dn, wdn, BFP8_DTYPE_F32, G, H, I, BFP8_SCALE_FP32, NULL)) ||
+    if ((st = bfp8_grouped_weight_quantize(wgu, BFP8_DTYPE_F32, G, 2 * I, H, BFP8_SCALE_FP32, &w_gu, NULL)) ||
+        (st = bfp8_grouped_weight_quantize(wdn, BFP8_DTYPE_F32, G, H, I, BFP8_SCALE_FP32, &w_dn, NULL)) ||
         (st = bfp8_grouped_weight_prepare(w_gu, NULL, NULL)) || (st = bfp8_grouped_weight_prepare(w_dn, NULL, NULL))) {
         cli_lib_error(cmd, "weights", st);
         goto done;
