@@ -30,11 +30,11 @@ them with blockfp8's records of the same run.
 import argparse
 import json
 import math
-import statistics
 import sys
 
 try:
     import torch
+    from gpu_timer import Timer  # bench/gpu_timer.py: the method of blockfp8 bench
 except ImportError as e:  # nothing can be timed without it: say so and leave (exit status 0)
     torch = None
     TORCH_MISSING = f"torch cannot be imported ({e})"
@@ -47,36 +47,6 @@ E4M3_MAX = 448.0
 
 def round_up(x, m):
     return (x + m - 1) // m * m
-
-
-class Timer:
-    """cli_cuda_time's method: warmup, then per timed call: flush (read or write 2x the L2), a ~100 us GPU spin,
-    event, call, event; the median in microseconds."""
-
-    def __init__(self, l2):
-        props = torch.cuda.get_device_properties(0)
-        self.flush_buf = torch.empty(2 * props.L2_cache_size // 4, dtype=torch.int32, device="cuda")
-        self.flush_buf.fill_(0x5A5A5A5A)  # written once, untimed, so that the clean flush reads initialized memory
-        self.sink = torch.empty(1, dtype=torch.int32, device="cuda")
-        self.l2 = l2
-        self.hold_cycles = 200_000  # BFP8_CUDA_TIME_HOLD_CYCLES' default
-
-    def median_us(self, fn, warmup, iters):
-        for _ in range(warmup):
-            fn()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(iters)]
-        for i, (start, end) in enumerate(events):
-            if self.l2 == "dirty":
-                self.flush_buf.fill_(i)
-            else:
-                torch.amax(self.flush_buf, dim=0, keepdim=True, out=self.sink)
-            torch.cuda._sleep(self.hold_cycles)
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in events)
 
 
 def quantize_act(x):

@@ -28,12 +28,12 @@ import csv
 import json
 import math
 import os
-import statistics
 import sys
 
 import torch
 import triton
 import triton.language as tl
+from gpu_timer import Timer  # bench/gpu_timer.py: the method of blockfp8 bench
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
@@ -125,37 +125,6 @@ def launch(cfg, a, sa, w, sw, y):
     grid = (triton.cdiv(m, cfg["BM"]) * triton.cdiv(n, cfg["BN"]),)
     blockfp8_gemm_kernel[grid](a, sa, w, sw, y, m, n, k, k // BLOCK, BM=cfg["BM"], BN=cfg["BN"],
                                GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-
-
-class Timer:
-    """cli_cuda_time's method: flush (write or read 2x the L2), event, call, event; median of iters."""
-
-    def __init__(self, l2):
-        props = torch.cuda.get_device_properties(0)
-        self.flush_buf = torch.empty(2 * props.L2_cache_size // 4, dtype=torch.int32, device="cuda")
-        self.flush_buf.fill_(0x5A5A5A5A)
-        self.sink = torch.empty(1, dtype=torch.int32, device="cuda")
-        self.l2 = l2
-        self.hold_cycles = 200_000  # ~100 µs at the H200's clocks
-
-    def median_us(self, fn, warmup, iters):
-        for _ in range(warmup):
-            fn()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(iters)]
-        for i, (start, end) in enumerate(events):
-            if self.l2 == "dirty":
-                self.flush_buf.fill_(i)
-            else:
-                torch.amax(self.flush_buf, dim=0, keepdim=True, out=self.sink)
-            # Keep the GPU busy (untimed) while Python enqueues the launch: a Triton launch costs tens of µs of
-            # host time, and without this the events of a small cell measured it (call 1 of 2026-12-01 10:00).
-            torch.cuda._sleep(self.hold_cycles)
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in events)
 
 
 def operands(m, n, k, gen):
