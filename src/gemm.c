@@ -66,26 +66,33 @@ bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args) {
     return BFP8_OK;
 }
 
+bfp8_problem bfp8_problem_of_operands(bfp8_device device, int64_t m, int64_t n, int64_t k, bfp8_dtype y_dtype,
+                                      const bfp8_scales *a_scales, const bfp8_scales *b_scales, bool has_bias,
+                                      bfp8_dtype bias_dtype) {
+    return (bfp8_problem){
+        .device = device,
+        .arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
+        .m = m,
+        .n = n,
+        .k = k,
+        .out_dtype = y_dtype,
+        /* UE8M0 scales are fp32 values too, so mixed operands are an fp32 problem. */
+        .scale_format = a_scales->format == BFP8_SCALE_UE8M0 && b_scales->format == BFP8_SCALE_UE8M0
+                            ? BFP8_SCALE_UE8M0
+                            : BFP8_SCALE_FP32,
+        .a_layouts = BFP8_BIT(a_scales->layout),
+        .b_layouts = BFP8_BIT(b_scales->layout),
+        .has_bias = has_bias,
+        .bias_dtype = has_bias ? bias_dtype : BFP8_DTYPE_F32,
+    };
+}
+
 bfp8_status bfp8_problem_from_gemm(const bfp8_gemm_args *args, bfp8_problem *out) {
     BFP8_CHECK_ARG(out, "problem is NULL");
     BFP8_TRY(bfp8_check_gemm_args(args));
-    *out = (bfp8_problem){
-        .device = args->device,
-        .arch = args->device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
-        .m = args->m,
-        .n = args->n,
-        .k = args->k,
-        .out_dtype = args->y_dtype,
-        /* UE8M0 scales are fp32 values too, so mixed operands are an fp32 problem. */
-        .scale_format = args->a_scales.format == BFP8_SCALE_UE8M0 && args->b_scales.format == BFP8_SCALE_UE8M0
-                            ? BFP8_SCALE_UE8M0
-                            : BFP8_SCALE_FP32,
-        .a_layouts = BFP8_BIT(args->a_scales.layout),
-        .b_layouts = BFP8_BIT(args->b_scales.layout),
-        .has_bias = args->bias != NULL,
-        .bias_dtype = args->bias ? args->bias_dtype : BFP8_DTYPE_F32,
-        .act_from_prior_kernel = args->device == BFP8_DEVICE_CUDA && args->act_from_prior_kernel,
-    };
+    *out = bfp8_problem_of_operands(args->device, args->m, args->n, args->k, args->y_dtype, &args->a_scales,
+                                    &args->b_scales, args->bias != NULL, args->bias_dtype);
+    out->act_from_prior_kernel = args->device == BFP8_DEVICE_CUDA && args->act_from_prior_kernel;
     return BFP8_OK;
 }
 

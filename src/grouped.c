@@ -93,25 +93,11 @@ bfp8_status bfp8_problem_from_grouped_gemm(const bfp8_grouped_gemm_args *args, b
     BFP8_CHECK_ARG(out, "problem is NULL");
     BFP8_TRY(bfp8_check_grouped_gemm_args(args));
     const bool masked = args->layout == BFP8_GROUPED_MASKED;
-    *out = (bfp8_problem){
-        .device = args->device,
-        .arch = args->device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
-        .m = args->m,
-        .n = args->n,
-        .k = args->k,
-        .out_dtype = args->y_dtype,
-        .scale_format = args->a_scales.format == BFP8_SCALE_UE8M0 && args->b_scales.format == BFP8_SCALE_UE8M0
-                            ? BFP8_SCALE_UE8M0
-                            : BFP8_SCALE_FP32,
-        .a_layouts = BFP8_BIT(args->a_scales.layout),
-        .b_layouts = BFP8_BIT(args->b_scales.layout),
-        .has_bias = args->bias != NULL,
-        .bias_dtype = args->bias ? args->bias_dtype : BFP8_DTYPE_F32,
-        .grouped = args->layout,
-        .groups = args->groups,
-        .expected_m = args->expected_m ? args->expected_m
-                                       : masked ? args->m : bfp8_ceil_div(args->m, args->groups),
-    };
+    *out = bfp8_problem_of_operands(args->device, args->m, args->n, args->k, args->y_dtype, &args->a_scales,
+                                    &args->b_scales, args->bias != NULL, args->bias_dtype);
+    out->grouped = args->layout;
+    out->groups = args->groups;
+    out->expected_m = args->expected_m ? args->expected_m : masked ? args->m : bfp8_ceil_div(args->m, args->groups);
     return BFP8_OK;
 }
 

@@ -131,6 +131,11 @@ int64_t *bfp8_dispatch_cuda_counters(bfp8_dispatcher *d, void *stream);
 /* The reference's value of y[m, n] before its one rounding: block partials and promotion in double, the bias
  * added (docs/numerics.md). Shared by `ref` and the `cpu` backend's overflow path, so both give the same bytes. */
 double bfp8_ref_element(const bfp8_gemm_args *a, int64_t m, int64_t n);
+/* The problem of a GEMM on these operands (dense; the caller adds act_from_prior_kernel or the grouped fields):
+ * what bfp8_problem_from_gemm and bfp8_problem_from_grouped_gemm share. */
+bfp8_problem bfp8_problem_of_operands(bfp8_device device, int64_t m, int64_t n, int64_t k, bfp8_dtype y_dtype,
+                                      const bfp8_scales *a_scales, const bfp8_scales *b_scales, bool has_bias,
+                                      bfp8_dtype bias_dtype);
 /* Validates GEMM arguments (shapes, pointers, scale descriptors, dtypes, y overlapping an operand). */
 bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args);
 /* Runs a validated GEMM on the decided backend; an empty output (M or N = 0) returns at once. */
