@@ -10,16 +10,9 @@ build=${1:-build}
 cli=$build/blockfp8
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bfp8-cli.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
-passed=0
-failed=0
-
-pass() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL: $*"
-    [ -s "$tmp/err" ] && sed -n '1,6s/^/    stderr: /p' "$tmp/err"
-    return 0
-}
+. "$(dirname "$0")/harness.sh"
+fail_show=$tmp/err
+fail_prefix="stderr: "
 # expect STATUS COMMAND...: runs it (stdout -> $tmp/out, stderr -> $tmp/err) and checks the exit status. A status
 # of 128 or more is a signal (a crash), never what a test wants.
 expect() {

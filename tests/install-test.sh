@@ -11,15 +11,9 @@ cc=${3:-cc}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bfp8-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 dest=$tmp/dest
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL: $*"
-    [ -s "$tmp/log" ] && sed -n '1,12s/^/    /p' "$tmp/log"
-    return 0
-}
+. "$(dirname "$0")/harness.sh"
+fail_show=$tmp/log
+fail_lines=12
 check() { # check DESCRIPTION COMMAND...: passes when the command succeeds
     what=$1
     shift

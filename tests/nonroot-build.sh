@@ -9,15 +9,9 @@
 set -u
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bfp8-nonroot.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL: $*"
-    [ -s "$tmp/log" ] && tail -n 12 "$tmp/log" | sed 's/^/    /'
-    return 0
-}
+. "$(dirname "$0")/harness.sh"
+fail_show=$tmp/log
+fail_lines=12
 has() { if grep -qF -- "$1" "$tmp/log"; then pass; else fail "output lacks '$1'"; fi; }
 
 mkdir "$tmp/src" "$tmp/no-pkgconfig"

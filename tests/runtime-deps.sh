@@ -14,15 +14,9 @@ build=${1:-build}
 cli=$build/blockfp8
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bfp8-runtime.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL: $*"
-    [ -s "$tmp/err" ] && sed -n '1,6s/^/    stderr: /p' "$tmp/err"
-    return 0
-}
+. "$(dirname "$0")/harness.sh"
+fail_show=$tmp/err
+fail_prefix="stderr: "
 # run LIMIT_KB SECONDS COMMAND...: runs it under `ulimit -v LIMIT_KB` (0: none) and `timeout`; sets rc.
 run() {
     limit=$1 secs=$2
