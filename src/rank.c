@@ -32,6 +32,10 @@ bfp8_rank bfp8_rank_find(const bfp8_rank_table *t, const bfp8_problem *p) {
         r.miss = BFP8_RANK_MISS_NOT_CUDA;
         return r;
     }
+    if (p->grouped != BFP8_GROUPED_NONE) {
+        r.miss = BFP8_RANK_MISS_GROUPED;
+        return r;
+    }
     if (!t) return r;
     bfp8_dtype dt = p->out_dtype, alt;
     if (!has_shape(t, p->arch, dt, p->n, p->k)) {
@@ -77,6 +81,9 @@ void bfp8_rank_describe(const bfp8_rank *r, const bfp8_problem *p, char *buf, si
         switch (r->miss) {
         case BFP8_RANK_MISS_NOT_CUDA:
             snprintf(buf, size, "caps priority (the measured table ranks CUDA backends)");
+            break;
+        case BFP8_RANK_MISS_GROUPED:
+            snprintf(buf, size, "caps priority (the measured table times dense GEMMs, not grouped ones)");
             break;
         case BFP8_RANK_MISS_DTYPE:
             snprintf(buf, size, "caps priority (no measured cell of output %s for sm_%d N=%" PRId64 " K=%" PRId64 ")",

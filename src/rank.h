@@ -38,6 +38,7 @@ typedef enum bfp8_rank_miss {
     BFP8_RANK_MISS_NOT_CUDA, /* the table measures CUDA backends */
     BFP8_RANK_MISS_SHAPE,    /* no cell of this arch, N and K */
     BFP8_RANK_MISS_DTYPE,    /* cells of this arch, N and K, but none of this output dtype or one of its size */
+    BFP8_RANK_MISS_GROUPED,  /* a grouped problem: the table's cells time dense GEMMs */
 } bfp8_rank_miss;
 
 /* How a problem is ranked: by `cell` of `table`, or (cell NULL) by the backends' priorities, and why. */

@@ -1,8 +1,10 @@
-/* Grouped (MoE) GEMM on the GPU (cuda_generic's grouped kernel): against the reference on fresh random data for
- * both layouts, every output dtype, both scale formats and every scale layout, ragged N/K, bias; rows that must stay
- * unwritten (padding, beyond masked_m) and a guard after the output; what the device does with bad contents
- * (masked_m > max_m or < 0, indices outside [-1, G)); the dense mma.sync kernel's bytes where it runs without a K
- * split; a CUDA graph of a masked call replayed with masked_m changed between replays; the grouped linear layer.
+/* Grouped (MoE) GEMM on the GPU, cuda_generic's kernel and (on sm_90) hopper's: against the reference on fresh
+ * random data for both layouts, every output dtype, both scale formats and every scale layout each backend takes,
+ * ragged N/K, bias; rows that must stay unwritten (padding, beyond masked_m) and a guard after the output; what the
+ * device does with bad contents (masked_m > max_m or < 0, indices outside [-1, G)); the dense kernel's bytes where
+ * its sum order is the grouped one's; a CUDA graph of a masked call replayed with masked_m changed between replays;
+ * the grouped linear layer. hopper's cases are at its boundaries: K a multiple of 16, tiles of 64 and 128 rows
+ * (expected_m), tiles mixing experts (scattered rows), partial row and weight tiles.
  *
  * Without a device it checks that grouped CUDA calls say why and prints "cuda_grouped: skipped: <why>";
  * BFP8_REQUIRE_CUDA=1 turns a missing device into a failure. */
@@ -12,6 +14,8 @@
 
 #ifdef BFP8_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_glue.h" /* the device's SMs, hopper's planner */
 #endif
 
 #define POISON 0xFF
@@ -28,6 +32,7 @@ static void *dev_upload(const void *host, size_t bytes) {
 typedef struct gcase {
     bfp8_grouped_layout layout;
     int64_t groups, m, n, k, kb, nb, rows;
+    int64_t expected_m; /* the call's hint (0: the default) */
     bfp8_scale_format format;
     uint8_t *qa, *qb;
     float *sa, *sb;
@@ -163,7 +168,8 @@ static dev_call dev_prepare(const gcase *c, bfp8_dtype out, const void *bias, bf
     dev_call dc = {.ybytes = (size_t)(c->rows * c->n) * bfp8_dtype_size(out)};
     bfp8_grouped_gemm_args *a = &dc.args;
     *a = (bfp8_grouped_gemm_args){.layout = c->layout, .groups = c->groups, .m = c->m, .n = c->n, .k = c->k,
-                                  .bias_dtype = bias_dtype, .y_dtype = out, .device = BFP8_DEVICE_CUDA};
+                                  .expected_m = c->expected_m, .bias_dtype = bias_dtype, .y_dtype = out,
+                                  .device = BFP8_DEVICE_CUDA};
     size_t bytes;
     void *host = scales_to(c->sa, c->layout == BFP8_GROUPED_MASKED ? c->groups : 1, c->m, c->kb, c->format, la,
                            &a->a_scales, &bytes);
@@ -231,9 +237,10 @@ static void run_case(bfp8_dispatcher *d, const gcase *c, bfp8_dtype out, bool wi
         for (int64_t i = 0; i < c->groups * c->n; i++) bfp8_store_f32(bias, bias_dtype, i, c->bias[i]);
     }
     char desc[256];
-    snprintf(desc, sizeof desc, "%s %s G=%lld m=%lld n=%lld k=%lld out=%s scales=%s/%s,%s bias=%s", label,
-             bfp8_grouped_layout_name(c->layout), (long long)c->groups, (long long)c->m, (long long)c->n,
-             (long long)c->k, bfp8_dtype_name(out), bfp8_scale_format_name(c->format), bfp8_scale_layout_name(la),
+    snprintf(desc, sizeof desc, "%s %s G=%lld m=%lld n=%lld k=%lld expected_m=%lld out=%s scales=%s/%s,%s bias=%s",
+             label, bfp8_grouped_layout_name(c->layout), (long long)c->groups, (long long)c->m, (long long)c->n,
+             (long long)c->k, (long long)c->expected_m, bfp8_dtype_name(out), bfp8_scale_format_name(c->format),
+             bfp8_scale_layout_name(la),
              bfp8_scale_layout_name(lb), with_bias ? bfp8_dtype_name(bias_dtype) : "none");
     void *ref = ref_output(c, out, bias, bias_dtype);
     dev_call dc = dev_prepare(c, out, bias, bias_dtype, la, lb);
@@ -298,34 +305,40 @@ static void test_bad_contents(bfp8_dispatcher *d) {
     free_case(&c);
 }
 
-/* Where the dense mma.sync kernel runs without a K split (fewer than 4 K blocks), a group's bytes are the dense
- * call's on its rows: the same kernel, the same sum order. */
-static void test_equals_dense(bfp8_dispatcher *d) {
-    gcase c = make_case(BFP8_GROUPED_CONTIGUOUS, 3, 200, 192, 384, BFP8_SCALE_UE8M0, PAT_SCATTERED);
-    dev_call dc = dev_prepare(&c, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32, BFP8_LAYOUT_MN_MAJOR_ALIGNED,
-                              BFP8_LAYOUT_ROW_MAJOR);
+/* Whether the dense call of the dispatcher's backend on a group's `rows` rows sums in the grouped kernel's order. */
+typedef bool (*same_order_fn)(const gcase *c, int64_t rows);
+
+/* A group's bytes are, where same_order says so, the dense call's on its rows (gathered in row order), with scales
+ * in the layouts la / lb; at least one group must be compared. */
+static void check_equals_dense(bfp8_dispatcher *d, const gcase *c, bfp8_scale_layout la, bfp8_scale_layout lb,
+                               same_order_fn same_order, const char *label) {
+    dev_call dc = dev_prepare(c, BFP8_DTYPE_BF16, NULL, BFP8_DTYPE_F32, la, lb);
     CHECK_OK(bfp8_grouped_gemm(d, &dc.args));
-    const size_t row_bytes = (size_t)c.n * 2;
+    const size_t row_bytes = (size_t)c->n * 2;
     unsigned char *y = malloc(dc.ybytes), *yd = malloc(dc.ybytes);
     CHECK_OK(bfp8_cuda_synchronize(NULL));
     CHECK_OK(bfp8_cuda_download(y, dc.args.y, dc.ybytes));
-    int64_t differ = 0;
-    for (int64_t g = 0; g < c.groups; g++) {
+    int64_t differ = 0, compared = 0;
+    for (int64_t g = 0; g < c->groups; g++) {
         int64_t cnt = 0;
-        uint8_t *a = malloc((size_t)(c.m * c.k));
-        float *sa = malloc(sizeof(float) * (size_t)(c.m * c.kb));
-        int64_t *rows = malloc(sizeof(int64_t) * (size_t)c.m);
-        for (int64_t r = 0; r < c.m; r++)
-            if (c.idx[r] == g) {
-                memcpy(a + cnt * c.k, c.qa + r * c.k, (size_t)c.k);
-                memcpy(sa + cnt * c.kb, c.sa + r * c.kb, sizeof(float) * (size_t)c.kb);
+        uint8_t *a = malloc((size_t)(c->m * c->k));
+        float *sa = malloc(sizeof(float) * (size_t)(c->m * c->kb));
+        int64_t *rows = malloc(sizeof(int64_t) * (size_t)c->m);
+        for (int64_t r = 0; r < c->m; r++)
+            if (c->idx[r] == g) {
+                memcpy(a + cnt * c->k, c->qa + r * c->k, (size_t)c->k);
+                memcpy(sa + cnt * c->kb, c->sa + r * c->kb, sizeof(float) * (size_t)c->kb);
                 rows[cnt++] = r;
             }
-        if (cnt) {
-            bfp8_gemm_args dg = {.m = cnt, .n = c.n, .k = c.k, .y_dtype = BFP8_DTYPE_BF16, .device = BFP8_DEVICE_CUDA};
-            dg.a = dev_upload(a, (size_t)(cnt * c.k));
-            dg.b = (const uint8_t *)dc.args.b + g * c.n * c.k;
-            bfp8_scales_init(&dg.a_scales, c.format, BFP8_LAYOUT_ROW_MAJOR, cnt, c.kb, dev_upload(sa, sizeof(float) * (size_t)(cnt * c.kb)));
+        if (cnt && same_order(c, cnt)) {
+            bfp8_gemm_args dg = {
+                .m = cnt, .n = c->n, .k = c->k, .y_dtype = BFP8_DTYPE_BF16, .device = BFP8_DEVICE_CUDA};
+            dg.a = dev_upload(a, (size_t)(cnt * c->k));
+            size_t bytes;
+            void *host = scales_to(sa, 1, cnt, c->kb, c->format, la, &dg.a_scales, &bytes);
+            dg.a_scales.data = dev_upload(host, bytes);
+            free(host);
+            dg.b = (const uint8_t *)dc.args.b + g * c->n * c->k;
             dg.b_scales = dc.args.b_scales;
             dg.b_scales.data = (char *)dc.args.b_scales.data + g * bfp8_grouped_scale_stride(&dc.args.b_scales);
             void *ydev = NULL;
@@ -334,14 +347,25 @@ static void test_equals_dense(bfp8_dispatcher *d) {
             CHECK_OK(bfp8_gemm(d, &dg));
             CHECK_OK(bfp8_cuda_synchronize(NULL));
             CHECK_OK(bfp8_cuda_download(yd, ydev, (size_t)cnt * row_bytes));
-            for (int64_t i = 0; i < cnt; i++) differ += memcmp(y + rows[i] * row_bytes, yd + i * row_bytes, row_bytes) != 0;
+            for (int64_t i = 0; i < cnt; i++)
+                differ += memcmp(y + rows[i] * row_bytes, yd + i * row_bytes, row_bytes) != 0;
+            compared++;
             bfp8_cuda_free((void *)dg.a), bfp8_cuda_free(dg.a_scales.data), bfp8_cuda_free(ydev);
         }
         free(a), free(sa), free(rows);
     }
-    CHECK(differ == 0, "%lld rows differ from the dense mma.sync call on their group's rows", (long long)differ);
+    CHECK(compared > 0, "%s: no group compared with the dense call", label);
+    CHECK(differ == 0, "%s: %lld rows differ from the dense call on their group's rows", label, (long long)differ);
     free(y), free(yd);
     dev_release(&dc);
+}
+
+/* cuda_generic: the dense mma.sync kernel splits K only from 4 K blocks on (and at M <= 256). */
+static bool generic_same_order(const gcase *c, int64_t rows) { return c->kb < 4 || rows > 256; }
+
+static void test_equals_dense(bfp8_dispatcher *d) {
+    gcase c = make_case(BFP8_GROUPED_CONTIGUOUS, 3, 200, 192, 384, BFP8_SCALE_UE8M0, PAT_SCATTERED);
+    check_equals_dense(d, &c, BFP8_LAYOUT_ROW_MAJOR, BFP8_LAYOUT_ROW_MAJOR, generic_same_order, "cuda_generic");
     free_case(&c);
 }
 
@@ -388,7 +412,9 @@ static void test_graph_replay(bfp8_dispatcher *d) {
 #endif
 }
 
-/* Dispatch on the device: auto picks cuda_generic for grouped problems; hopper and cublaslt say why not. */
+
+/* Dispatch on the device: auto picks hopper for grouped problems it takes on sm_90 (grouped problems rank by
+ * priority), cuda_generic elsewhere and for what hopper declines; cublaslt says why not. */
 static void test_dispatch(void) {
     bfp8_dispatcher *d = bfp8_dispatcher_default();
     gcase c = make_case(BFP8_GROUPED_MASKED, 2, 16, 128, 256, BFP8_SCALE_FP32, PAT_MASKED);
@@ -402,11 +428,18 @@ static void test_dispatch(void) {
     for (const char *const *name = (const char *const[]){"hopper", "cublaslt", "cuda_generic", NULL}; *name; name++)
         if (bfp8_dispatcher_find(d, *name)) gpu[count++] = bfp8_dispatcher_find(d, *name);
     CHECK_OK(bfp8_select(gpu, count, &p, BFP8_POLICY_AUTO, NULL, &dec));
-    CHECK(dec.backend && strcmp(dec.backend->name, "cuda_generic") == 0, "auto: %s", dec.backend ? dec.backend->name : "-");
-    if (bfp8_dispatcher_find(d, "hopper")) {
-        bfp8_dispatcher *strict = strict_dispatcher("hopper");
+    const char *want = bfp8_dispatcher_find(d, "hopper") ? "hopper" : "cuda_generic";
+    CHECK(dec.backend && strcmp(dec.backend->name, want) == 0, "auto: %s, want %s",
+          dec.backend ? dec.backend->name : "-", want);
+    /* K = 200 is no multiple of 16: hopper declines it, cuda_generic takes it. */
+    p.k = 200;
+    CHECK_OK(bfp8_select(gpu, count, &p, BFP8_POLICY_AUTO, NULL, &dec));
+    CHECK(dec.backend && strcmp(dec.backend->name, "cuda_generic") == 0, "auto at K=200: %s",
+          dec.backend ? dec.backend->name : "-");
+    if (bfp8_dispatcher_find(d, "cublaslt")) {
+        bfp8_dispatcher *strict = strict_dispatcher("cublaslt");
         CHECK_STATUS(bfp8_grouped_gemm(strict, &dc.args), BFP8_ERR_UNSUPPORTED);
-        CHECK(strstr(bfp8_last_error(), "no grouped GEMM"), "hopper strict: '%s'", bfp8_last_error());
+        CHECK(strstr(bfp8_last_error(), "no grouped GEMM"), "cublaslt strict: '%s'", bfp8_last_error());
         bfp8_dispatcher_free(strict);
     }
     dev_release(&dc);
@@ -414,14 +447,14 @@ static void test_dispatch(void) {
 }
 
 /* The grouped linear on the device equals, within tolerance, the host reference's; unused rows stay unwritten. */
-static void test_linear(void) {
+static void test_linear(const char *backend) {
     enum { G = 5, N = 256, K = 640, M = 130 };
     float *w = malloc(sizeof(float) * G * N * K);
     for (int64_t i = 0; i < G * N * K; i++) w[i] = test_randn(0.04f);
     bfp8_grouped_weight *gw = NULL;
     CHECK_OK(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_F32, G, N, K, BFP8_SCALE_UE8M0, &gw, NULL));
-    bfp8_dispatcher *d = strict_dispatcher("cuda_generic"), *ref = strict_dispatcher("ref");
-    CHECK_OK(bfp8_grouped_weight_prepare(gw, d, "cuda_generic"));
+    bfp8_dispatcher *d = strict_dispatcher(backend), *ref = strict_dispatcher("ref");
+    CHECK_OK(bfp8_grouped_weight_prepare(gw, d, backend));
     bfp8_grouped_weight_info info;
     CHECK_OK(bfp8_grouped_weight_info_get(gw, &info));
     CHECK(info.device_layouts != 0, "prepared on the device");
@@ -460,9 +493,10 @@ static void test_linear(void) {
                 num += (v - e) * (v - e), den += e * e;
             }
         }
-        CHECK(touched == 0, "linear %s: %lld unused outputs written", masked ? "masked" : "contiguous", (long long)touched);
-        CHECK(sqrt(num / den) <= 8e-3, "linear %s: relative error %.3g vs ref", masked ? "masked" : "contiguous",
-              sqrt(num / den));
+        CHECK(touched == 0, "%s linear %s: %lld unused outputs written", backend, masked ? "masked" : "contiguous",
+              (long long)touched);
+        CHECK(sqrt(num / den) <= 8e-3, "%s linear %s: relative error %.3g vs ref", backend,
+              masked ? "masked" : "contiguous", sqrt(num / den));
         bfp8_cuda_free((void *)a.x), bfp8_cuda_free(a.y), bfp8_cuda_free((void *)a.m_indices), bfp8_cuda_free((void *)a.masked_m);
         free(x), free(y), free(y_ref);
     }
@@ -470,6 +504,92 @@ static void test_linear(void) {
     bfp8_dispatcher_free(d), bfp8_dispatcher_free(ref);
     free(w);
 }
+
+/* ---- hopper ---------------------------------------------------------------------------------------------------- */
+#ifdef BFP8_WITH_CUDA
+
+static int g_sms; /* the device's SMs, for the plans that hopper's cases reason about */
+
+/* hopper's grouped kernel at its boundaries: K a multiple of 16 (16 the least), the scale layouts it takes
+ * (activations mn_major_aligned, weights row_major), masked tiles of 64 rows (expected_m <= 64) and of 128, groups of
+ * several row tiles, contiguous tiles mixing experts (scattered rows) or holding only padding, partial weight tiles
+ * (N not a multiple of 64, N < 64), G = 256. */
+static void test_hopper_layouts(bfp8_dispatcher *d) {
+    const bfp8_dtype outs[] = {BFP8_DTYPE_BF16, BFP8_DTYPE_F16, BFP8_DTYPE_F32};
+    const bfp8_scale_layout la = BFP8_LAYOUT_MN_MAJOR_ALIGNED, lb = BFP8_LAYOUT_ROW_MAJOR;
+    int v = 0;
+    for (int f = 0; f < 2; f++) {
+        const bfp8_scale_format fmt = (bfp8_scale_format)f;
+        struct { pattern p; int64_t g, m, n, k, expected; } cs[] = {
+            {PAT_ALIGNED, 4, 640, 256, 512, 0},     {PAT_ALIGNED, 3, 512, 200, 304, 0},
+            {PAT_SCATTERED, 5, 77, 200, 16, 0},     {PAT_SCATTERED, 7, 300, 384, 1024, 0},
+            {PAT_PADDING, 3, 64, 128, 256, 0},      {PAT_SCATTERED, 256, 600, 64, 256, 0},
+            {PAT_ALIGNED, 8, 1024, 2112, 512, 128}, {PAT_SCATTERED, 2, 1, 8, 32, 0},
+        };
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++, v++) {
+            gcase c = make_case(BFP8_GROUPED_CONTIGUOUS, cs[i].g, cs[i].m, cs[i].n, cs[i].k, fmt, cs[i].p);
+            c.expected_m = cs[i].expected;
+            run_case(d, &c, outs[v % 3], v % 2, outs[(v / 2) % 3], la, lb, "hopper");
+            free_case(&c);
+        }
+        /* Masked: decode (max_m 128, few rows: 64-row tiles), ragged max_m and N, many groups, several row tiles
+         * per group with 64- and 128-row tiles (expected_m 64 and 200 on max_m 256). */
+        struct { int64_t g, m, n, k, expected; } ms[] = {
+            {8, 128, 256, 512, 16}, {3, 17, 130, 256, 0},   {32, 4, 192, 128, 0},    {6, 256, 512, 384, 64},
+            {6, 256, 512, 384, 200}, {4, 130, 2112, 1024, 65}, {5, 200, 40, 16, 1},
+        };
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++, v++) {
+            gcase c = make_case(BFP8_GROUPED_MASKED, ms[i].g, ms[i].m, ms[i].n, ms[i].k, fmt, PAT_MASKED);
+            c.expected_m = ms[i].expected;
+            run_case(d, &c, outs[v % 3], v % 2, outs[(v / 2) % 3], la, lb, "hopper");
+            free_case(&c);
+        }
+    }
+}
+
+/* hopper's dense call sums in the grouped kernel's order where its plan is the normal path's whole tiles of the
+ * grouped plan's width (no K split, no stream-K, no swapped operands). */
+static bool hopper_same_order(const gcase *c, int64_t rows) {
+    bfp8_hopper_cluster_fit fit;
+    if (bfp8_hopper_device_cluster_fit(&fit) != BFP8_OK) return false;
+    const bfp8_hopper_knobs *knobs = bfp8_hopper_knobs_env();
+    const bfp8_hopper_plan dense = bfp8_hopper_plan_make(rows, c->n, c->k, g_sms, &fit, knobs);
+    const bfp8_hopper_plan grouped =
+        bfp8_hopper_plan_grouped(BFP8_HOPPER_CONTIGUOUS, c->groups, c->m, c->n, c->k, c->expected_m, g_sms, knobs);
+    return !dense.swap && dense.splits == 1 && !dense.sk_tiles && !dense.slice_rows && dense.bq == grouped.bq;
+}
+
+/* Groups of 512 rows against a 4096 x 1024 weight: 4 x 32 tiles in the dense call, under one wave of 132 SMs, so its
+ * plan is whole 128-wide tiles, as the grouped plan's (12 x 32 tiles). */
+static void test_hopper_equals_dense(bfp8_dispatcher *d) {
+    gcase c = make_case(BFP8_GROUPED_CONTIGUOUS, 3, 1536, 4096, 1024, BFP8_SCALE_UE8M0, PAT_ALIGNED);
+    static const int32_t order[3] = {2, 0, 1};
+    for (int64_t r = 0; r < c.m; r++) c.idx[r] = order[r / 512];
+    check_equals_dense(d, &c, BFP8_LAYOUT_MN_MAJOR_ALIGNED, BFP8_LAYOUT_ROW_MAJOR, hopper_same_order, "hopper");
+    free_case(&c);
+}
+
+/* hopper's grouped kernel on every case above, where the device has it (sm_90). */
+static void test_hopper(void) {
+    bfp8_dispatcher *defaults = bfp8_dispatcher_default();
+    if (!bfp8_dispatcher_find(defaults, "hopper")) {
+        printf("cuda_grouped: hopper not here (sm_%d): its grouped kernel not run\n", bfp8_cuda_arch());
+        return;
+    }
+    bfp8_cuda_device_info info;
+    CHECK_OK(bfp8_cuda_device_info_get(&info));
+    g_sms = info.num_sms;
+    bfp8_dispatcher *d = strict_dispatcher("hopper");
+    test_hopper_layouts(d);
+    test_bad_contents(d);
+    test_hopper_equals_dense(d);
+    test_graph_replay(d);
+    bfp8_dispatcher_free(d);
+    test_linear("hopper");
+}
+#else
+static void test_hopper(void) {}
+#endif
 
 /* Without a device: a grouped call on device data says why. */
 static void check_unavailable(const char *why) {
@@ -506,7 +626,8 @@ int main(void) {
     }
     bfp8_dispatcher_free(d);
     test_dispatch();
-    test_linear();
+    test_linear("cuda_generic");
+    test_hopper();
     printf("cuda_grouped: %d grouped calls checked against ref\n", calls_checked);
     return TEST_SUMMARY("cuda_grouped");
 }

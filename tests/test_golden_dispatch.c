@@ -471,9 +471,8 @@ static void test_host(void) {
 
 /* The DeepSeek-R1 routed-expert layers as grouped problems, in the cells of the MoE anchor table
  * (bench/data/moe-anchor-h200-2026-12-04.csv): contiguous G x rows per group (m = G x rows, segments 128-aligned), masked G x tokens with
- * max_m = max(128, round_up(2 x tokens, 128)). On the host `cpu` serves them; on the H200 `cuda_generic` is the one
- * backend with a grouped GEMM (hopper's grouped kernel is not written yet: docs/grouped.md), and hopper and cublaslt
- * say so. */
+ * max_m = max(128, round_up(2 x tokens, 128)). On the host `cpu` serves them; on the H200 `hopper` (grouped problems
+ * rank by priority: the measured table times dense GEMMs), and cublaslt, which has no grouped GEMM, says so. */
 typedef struct grouped_cell {
     bfp8_grouped_layout layout;
     int64_t groups, per_group;
@@ -525,6 +524,38 @@ static void test_grouped_table(const bfp8_backend *const *list, size_t count, bf
             }
 }
 
+#ifdef BFP8_WITH_CUDA
+/* hopper's grouped limits, exactly at their boundaries: K a multiple of 16, and A (masked: G x max_m rows) and B
+ * (G x N rows) under 2^31 rows as the TMA coordinates need. Past them auto takes cuda_generic, and hopper says why;
+ * the measured table never ranks a grouped problem. */
+static void test_grouped_boundaries(const bfp8_backend *const *list, size_t count) {
+    const grouped_cell masked = {BFP8_GROUPED_MASKED, 8, 16}, contiguous = {BFP8_GROUPED_CONTIGUOUS, 8, 128};
+    bfp8_problem p = grouped_problem(BFP8_DEVICE_CUDA, &masked, &EXPERT_LAYERS[0], BFP8_DTYPE_BF16);
+    char why[BFP8_REASON_MAX];
+    CHECK(bfp8_rank_find(&bfp8_rank_table_builtin, &p).miss == BFP8_RANK_MISS_GROUPED,
+          "grouped problems are not ranked by the measured table");
+    p.k = 7168 - 16;
+    expect_choice(list, count, &p, &bfp8_rank_table_builtin, "hopper", "grouped K % 16 == 0");
+    p.k = 7168 - 8;
+    expect_choice(list, count, &p, &bfp8_rank_table_builtin, "cuda_generic", "grouped K % 16 != 0");
+    CHECK(!bfp8_backend_check(list[2], &p, why, sizeof why) && strstr(why, "multiple of 16"), "hopper: '%s'", why);
+    /* B: G x N rows. */
+    p = grouped_problem(BFP8_DEVICE_CUDA, &contiguous, &EXPERT_LAYERS[0], BFP8_DTYPE_BF16);
+    p.groups = 128, p.n = INT32_MAX / 128;
+    expect_choice(list, count, &p, &bfp8_rank_table_builtin, "hopper", "grouped G x N = 2^31 - 128");
+    p.n = INT32_MAX / 128 + 1;
+    CHECK(!bfp8_backend_check(list[2], &p, why, sizeof why) && strstr(why, "2^31"), "hopper at G x N = 2^31: '%s'",
+          why);
+    /* A, masked: G x max_m rows. */
+    p = grouped_problem(BFP8_DEVICE_CUDA, &masked, &EXPERT_LAYERS[0], BFP8_DTYPE_BF16);
+    p.groups = 2, p.m = INT32_MAX / 2, p.n = 128;
+    CHECK(bfp8_backend_check(list[2], &p, why, sizeof why), "hopper at G x max_m = 2^31 - 2: '%s'", why);
+    p.m = INT32_MAX / 2 + 1;
+    CHECK(!bfp8_backend_check(list[2], &p, why, sizeof why) && strstr(why, "2^31"), "hopper at G x max_m = 2^31: '%s'",
+          why);
+}
+#endif
+
 int main(void) {
     test_seed();
     test_rules();
@@ -540,7 +571,8 @@ int main(void) {
     test_h200_outside();
     const bfp8_backend *h200[] = {&bfp8_backend_cpu, &bfp8_backend_ref, bfp8_hopper_backend(), &bfp8_backend_cublaslt,
                                   &bfp8_backend_cuda_generic};
-    test_grouped_table(h200, 5, BFP8_DEVICE_CUDA, "cuda_generic");
+    test_grouped_table(h200, 5, BFP8_DEVICE_CUDA, "hopper");
+    test_grouped_boundaries(h200, 5);
 #else
     printf("golden_dispatch: H200 registry skipped: built without CUDA (CI builds with it)\n");
 #endif

@@ -501,6 +501,119 @@ static void test_check_units_rejects(void) {
     }
 }
 
+/* Grouped plans (bfp8_hopper_plan_grouped) on the MoE anchor's cells on 132 SMs: the tile rows and widths the rule
+ * picks, pinned (a change moves the measured cells: bench/RESULTS.md); then the kernel's grouped unit decode against
+ * plain arithmetic: masked, every row of every group with rows in exactly one non-empty unit per weight tile, with
+ * the counts clamped to [0, max_m] as the kernel reads them, and empty units elsewhere; contiguous, the dense grid's
+ * tiles, each once, with its rows cut at m. */
+static void test_grouped_plans(void) {
+    static const struct {
+        int layout;
+        int64_t groups, m, n, k, expected;
+        int tile_rows, bq, units, grid;
+    } golden[] = {
+        /* contiguous G x rows: m = G x rows; masked G x tokens: max_m = max(128, round_up(2 x tokens, 128)) */
+        {BFP8_HOPPER_CONTIGUOUS, 8, 1024, 4096, 7168, 128, 128, 128, 256, 132},
+        {BFP8_HOPPER_CONTIGUOUS, 8, 16384, 4096, 7168, 2048, 128, 128, 4096, 132},
+        {BFP8_HOPPER_CONTIGUOUS, 256, 32768, 7168, 2048, 128, 128, 128, 14336, 132},
+        {BFP8_HOPPER_CONTIGUOUS, 8, 1024, 7168, 2048, 128, 128, 128, 448, 132},
+        {BFP8_HOPPER_MASKED, 8, 128, 4096, 7168, 16, 64, 128, 512, 132},
+        {BFP8_HOPPER_MASKED, 8, 128, 4096, 7168, 64, 64, 128, 512, 132},
+        {BFP8_HOPPER_MASKED, 32, 256, 4096, 7168, 128, 128, 128, 2048, 132},
+        {BFP8_HOPPER_MASKED, 8, 512, 7168, 2048, 256, 128, 128, 1792, 132},
+        {BFP8_HOPPER_MASKED, 2, 128, 256, 512, 16, 64, 64, 16, 16},
+    };
+    for (size_t i = 0; i < sizeof golden / sizeof golden[0]; i++) {
+        const bfp8_hopper_plan pl = bfp8_hopper_plan_grouped(golden[i].layout, golden[i].groups, golden[i].m,
+                                                             golden[i].n, golden[i].k, golden[i].expected, 132, NULL);
+        CHECK(pl.grouped == golden[i].layout && pl.tile_rows == golden[i].tile_rows && pl.bq == golden[i].bq &&
+                  pl.units == golden[i].units && pl.grid == golden[i].grid && pl.splits == 1 && !pl.swap,
+              "grouped plan %zu: %d-row tiles BQ=%d units=%d grid=%d, want %d-row BQ=%d units=%d grid=%d", i,
+              pl.tile_rows, pl.bq, pl.units, pl.grid, golden[i].tile_rows, golden[i].bq, golden[i].units,
+              golden[i].grid);
+    }
+    static const char *const envs[] = {"", "BFP8_HOPPER_TILE=64", "BFP8_HOPPER_TILE=128"};
+    static const int64_t shapes[][4] = {/* G, m (masked: max_m), N, K */
+                                        {1, 1, 1, 16},     {3, 17, 130, 256},  {8, 128, 4096, 7168}, {5, 300, 200, 512},
+                                        {32, 64, 192, 128}, {6, 256, 512, 384}, {256, 129, 64, 256}};
+    static const int64_t expected[] = {0, 1, 64, 65, 1000};
+    int checked = 0;
+    for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++) {
+        const bfp8_hopper_knobs knobs = knobs_of(envs[e]);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (size_t x = 0; x < sizeof expected / sizeof expected[0]; x++) {
+                const int64_t G = shapes[s][0], m = shapes[s][1], n = shapes[s][2], k = shapes[s][3];
+                /* masked */
+                bfp8_hopper_plan pl =
+                    bfp8_hopper_plan_grouped(BFP8_HOPPER_MASKED, G, m, n, k, expected[x], 132, &knobs);
+                int *counts = malloc(sizeof(int) * (size_t)G);
+                for (int64_t g = 0; g < G; g++) {
+                    const uint64_t r = test_rand_u64();
+                    counts[g] = g == 0 ? 0 : g == 1 ? (int)m : r % 7 == 0 ? -(int)(r % 5) - 1
+                                : r % 7 == 1 ? (int)m + 1 + (int)(r % 50) : (int)(r % (uint64_t)(m + 1));
+                }
+                bfp8_hopper_params hp;
+                memset(&hp, 0, sizeof hp);
+                bfp8_hopper_params_set_grouped(&hp, &pl, m, n, k);
+                /* cover[(g * m + row) * q_tiles + qt]: how many non-empty units store that row of that weight tile */
+                unsigned char *cover = calloc((size_t)(G * m * pl.q_tiles), 1);
+                bool ok = pl.units == G * pl.p_tiles * pl.q_tiles && (pl.tile_rows == 64 || pl.tile_rows == 128);
+                for (int u = 0; ok && u < pl.units; u++) {
+                    bfp8_hopper_unit w = bfp8_hopper_decode_grouped_tile(&hp, u);
+                    bfp8_hopper_grouped_set_rows(&hp, &w, counts[w.group]);
+                    const int qt = u % pl.q_tiles, g = u / pl.q_tiles % (int)G, rt = u / pl.q_tiles / (int)G;
+                    const int rows = counts[g] < 0 ? 0 : counts[g] > m ? (int)m : counts[g];
+                    const bool busy = rt * pl.tile_rows < rows;
+                    ok = w.group == g && w.qt == qt && w.p0 == g * m + rt * pl.tile_rows && w.p_end == g * m + rows &&
+                         w.kb0 == 0 && w.kb1 == (busy ? hp.kblocks : 0) && w.p_cut == (pl.tile_rows == 64) &&
+                         !w.partial;
+                    CHECK(ok, "masked unit %d of G=%lld m=%lld N=%lld under '%s': group %d qt %d rows [%d, %d) K "
+                              "[%d, %d), want group %d qt %d row tile %d of %d rows",
+                          u, (long long)G, (long long)m, (long long)n, envs[e], w.group, w.qt, w.p0, w.p_end, w.kb0,
+                          w.kb1, g, qt, rt, rows);
+                    for (int r = w.p0; ok && busy && r < w.p0 + pl.tile_rows && r < w.p_end; r++)
+                        cover[(size_t)r * pl.q_tiles + qt]++;
+                }
+                for (int64_t g = 0; ok && g < G; g++)
+                    for (int64_t r = 0; r < m; r++)
+                        for (int qt = 0; qt < pl.q_tiles; qt++) {
+                            const int want = r < counts[g] ? 1 : 0;
+                            if (cover[(size_t)(g * m + r) * pl.q_tiles + qt] != want) {
+                                CHECK(0, "masked G=%lld m=%lld: group %lld row %lld weight tile %d stored %d times",
+                                      (long long)G, (long long)m, (long long)g, (long long)r, qt,
+                                      cover[(size_t)(g * m + r) * pl.q_tiles + qt]);
+                                ok = false;
+                            }
+                            if (!ok) break;
+                        }
+                free(cover), free(counts);
+                /* contiguous, with m = G x m rows */
+                const int64_t rows = G * m;
+                pl = bfp8_hopper_plan_grouped(BFP8_HOPPER_CONTIGUOUS, G, rows, n, k, expected[x], 132, &knobs);
+                memset(&hp, 0, sizeof hp);
+                bfp8_hopper_params_set_grouped(&hp, &pl, rows, n, k);
+                unsigned char *tiles = calloc((size_t)pl.p_tiles * pl.q_tiles, 1);
+                ok = pl.tile_rows == 128 && pl.units == pl.p_tiles * pl.q_tiles;
+                for (int u = 0; ok && u < pl.units; u++) {
+                    const bfp8_hopper_unit w = bfp8_hopper_decode_grouped_tile(&hp, u);
+                    const bfp8_hopper_unit d = bfp8_hopper_decode_tile_unit(&hp, u, false);
+                    ok = w.pt == d.pt && w.qt == d.qt && w.p0 == d.pt * 128 &&
+                         w.p_end == (w.p0 + 128 < rows ? w.p0 + 128 : rows) && w.kb0 == 0 && w.kb1 == hp.kblocks &&
+                         w.group == -1 && w.pt < pl.p_tiles && w.qt < pl.q_tiles;
+                    CHECK(ok, "contiguous unit %d of m=%lld N=%lld: tile %d,%d rows [%d, %d)", u, (long long)rows,
+                          (long long)n, w.pt, w.qt, w.p0, w.p_end);
+                    if (ok) tiles[(size_t)w.pt * pl.q_tiles + w.qt]++;
+                }
+                for (int64_t t = 0; ok && t < (int64_t)pl.p_tiles * pl.q_tiles; t++)
+                    CHECK(tiles[t] == 1, "contiguous m=%lld N=%lld: tile %lld decoded %d times", (long long)rows,
+                          (long long)n, (long long)t, tiles[t]);
+                free(tiles);
+                checked += 2;
+            }
+    }
+    printf("grouped plans: %d unit grids checked\n", checked);
+}
+
 int main(void) {
     test_seed();
     check_rows(kDsr1OnH200, sizeof kDsr1OnH200 / sizeof kDsr1OnH200[0], "DeepSeek-R1 plan on the H200");
@@ -514,5 +627,6 @@ int main(void) {
     test_defaults_and_lines();
     test_unit_grids();
     test_check_units_rejects();
+    test_grouped_plans();
     return TEST_SUMMARY("hopper_plan");
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "blockfp8.h"
+#include "blockfp8_grouped.h"
 #include "backends/hopper/epilogue.cuh"
 #include "backends/hopper/hopper.h"
 #include "backends/hopper/kernel.cuh"
@@ -112,29 +113,32 @@ struct KernelLaunch {
     KernelLaunch(const KernelLaunch &) = delete; /* cfg points into the object */
 };
 
-/* Dynamic shared memory of a kernel: STREAMK kernels keep their ticket in room past the barriers. */
-template <int BQ, bool SWAP, bool STREAMK = false> constexpr int kernel_smem() {
-    return Config<BQ, SWAP>::kSmemBytes + (STREAMK ? 8 * Config<BQ, SWAP>::kStages : 0);
+/* Dynamic shared memory of a kernel: STREAMK kernels keep their ticket in room past the barriers, GROUPED ones their
+ * unit slots. */
+template <int BQ, bool SWAP, bool STREAMK = false, bool GROUPED = false> constexpr int kernel_smem() {
+    return Config<BQ, SWAP>::kSmemBytes + (STREAMK ? 8 * Config<BQ, SWAP>::kStages : 0) +
+           (GROUPED ? kUnitSlotBytes : 0);
 }
 
 /* Raises a kernel's dynamic shared-memory limit to what it uses, once (before its launch or an occupancy query). */
-template <int BQ, bool SWAP, bool CSPLIT, bool STREAMK = false> cudaError_t allow_kernel_smem() {
+template <int BQ, bool SWAP, bool CSPLIT, bool STREAMK = false, bool GROUPED = false> cudaError_t allow_kernel_smem() {
     static_assert(kernel_smem<BQ, SWAP, true>() <= kMaxSmem, "stream-K ticket");
+    static_assert(kernel_smem<BQ, SWAP, false, true>() <= kMaxSmem, "grouped unit slots");
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (attr_set) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK>,
+    cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kernel_smem<BQ, SWAP, STREAMK>());
+                                         kernel_smem<BQ, SWAP, STREAMK, GROUPED>());
     attr_set = e == cudaSuccess;
     return e;
 }
 
 /* Launches a persistent grid of `grid` CTAs. */
-template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false>
+template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false, bool GROUPED = false>
 cudaError_t launch_kernel(const TensorMaps &maps, const HopperParams &hp, int grid, cudaStream_t stream) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK>;
-    const int smem = kernel_smem<BQ, SWAP, STREAMK>();
-    cudaError_t e = allow_kernel_smem<BQ, SWAP, CSPLIT, STREAMK>();
+    auto kernel = hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED>;
+    const int smem = kernel_smem<BQ, SWAP, STREAMK, GROUPED>();
+    cudaError_t e = allow_kernel_smem<BQ, SWAP, CSPLIT, STREAMK, GROUPED>();
     if (e != cudaSuccess) return e;
     if (!hp.dependent && !CSPLIT) {
         kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
@@ -442,6 +446,62 @@ extern "C" bfp8_status bfp8_hopper_run(const bfp8_gemm_args *args, int sms) {
         return bfp8_fail(BFP8_ERR_DEVICE, "hopper: launch (M=%lld N=%lld K=%lld, %s BQ=%d splits=%d) failed: %s",
                          (long long)m, (long long)n, (long long)k, pl.swap ? "swapped" : "normal", pl.bq, pl.splits,
                          cudaGetErrorString(e));
+    return BFP8_OK;
+}
+
+extern "C" bfp8_status bfp8_hopper_run_grouped(const bfp8_grouped_gemm_args *args, int sms) {
+    const bool masked = args->layout == BFP8_GROUPED_MASKED;
+    const int64_t groups = args->groups, m = args->m, n = args->n, k = args->k;
+    const int64_t p_rows = masked ? groups * m : m; /* A and y as one matrix (bfp8_hopper_params::grouped) */
+    if (p_rows == 0 || n == 0) return BFP8_OK;
+    const bfp8_hopper_knobs *knobs = bfp8_hopper_knobs_env();
+    const bfp8_hopper_plan pl = bfp8_hopper_plan_grouped(masked ? BFP8_HOPPER_MASKED : BFP8_HOPPER_CONTIGUOUS, groups,
+                                                         m, n, k, args->expected_m, sms, knobs);
+    HopperParams hp = {};
+    bfp8_hopper_params_set_grouped(&hp, &pl, m, n, k);
+    const int64_t kblocks = bfp8_ceil_div(k, kBK), sa_ld = bfp8_round_up(m, 4);
+    TensorMaps maps;
+    memset(&maps, 0, sizeof maps);
+    BFP8_TRY(encode_map(&maps.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, args->a, p_rows, k, k, kBK, kBP, true, "A"));
+    if (hp.p_last_rows)
+        BFP8_TRY(encode_map(&maps.p_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, args->a, p_rows, k, k, kBK,
+                            (uint32_t)hp.p_last_rows, true, masked ? "A (64-row tiles)" : "A (last tile)"));
+    BFP8_TRY(encode_map(&maps.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, args->b, groups * n, k, k, kBK, (uint32_t)pl.bq,
+                        true, "B"));
+    /* Masked: the groups' [kblocks][sa_ld] matrices back to back, as one of groups x kblocks rows. */
+    BFP8_TRY(encode_map(&maps.sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, args->a_scales.data,
+                        masked ? groups * kblocks : kblocks, sa_ld, sa_ld, kBP, 1, false, "activation scales"));
+    hp.sb = (const float *)args->b_scales.data;
+    hp.bias = args->bias;
+    hp.bias_dtype = args->bias ? (int)args->bias_dtype : -1;
+    hp.y = args->y;
+    hp.y_dtype = (int)args->y_dtype;
+    hp.m_indices = args->m_indices;
+    hp.masked_m = args->masked_m;
+    /* No loads at entry and no programmatic launch: the first unit's rows are known only after reading m_indices or
+     * masked_m. Halves of tiles whose rows are all the pass's are stored whole through TMA (16-bit output), the
+     * others row by row. */
+    hp.dependent = 0;
+    hp.entry_stages = 0;
+    hp.one_consumer = masked ? pl.tile_rows < kBP : m <= 64;
+    hp.weight_evict_first = masked ? pl.tile_rows < kBP : bfp8_ceil_div(m, groups) <= kBP;
+    hp.y_vec = (n % 8 == 0) && ((uintptr_t)args->y % 16 == 0);
+    hp.y_tma = hp.y_vec && args->y_dtype != BFP8_DTYPE_F32;
+    if (hp.y_tma)
+        BFP8_TRY(encode_map(&maps.y, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, args->y, p_rows, n, n, 64, 64, true, "Y"));
+    cudaStream_t stream = (cudaStream_t)args->stream;
+    const cudaError_t e = pl.bq == 64 ? launch_kernel<64, false, false, false, true>(maps, hp, pl.grid, stream)
+                                      : launch_kernel<128, false, false, false, true>(maps, hp, pl.grid, stream);
+    if (knobs->log_plans) {
+        char line[160];
+        bfp8_hopper_plan_describe(&pl, line, sizeof line);
+        fprintf(stderr, "[bfp8 hopper] grouped M=%lld N=%lld K=%lld: %s\n", (long long)m, (long long)n,
+                (long long)k, line);
+    }
+    if (e != cudaSuccess)
+        return bfp8_fail(BFP8_ERR_DEVICE, "hopper: grouped launch (%s G=%lld m=%lld N=%lld K=%lld, BQ=%d) failed: %s",
+                         masked ? "masked" : "contiguous", (long long)groups, (long long)m, (long long)n,
+                         (long long)k, pl.bq, cudaGetErrorString(e));
     return BFP8_OK;
 }
 

@@ -265,6 +265,38 @@ bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms,
     return nrm;
 }
 
+/* A grouped plan: the normal path's whole tiles, no K split. The groups' tiles usually fill the SMs by themselves
+ * (8 experts x 32 weight tiles of gate_up are 256 units), and a split would need partials of every group's rows and
+ * a reduce that reads masked_m again. The weight tiles' width follows the dense rule, on the tiles the host expects
+ * to have rows (expected_m in each group: the counts themselves are on the device). A masked plan expecting at most
+ * 64 rows a group runs 64-row tiles with one consumer warpgroup, as the dense path does at M <= 64: a 128-row tile
+ * would spend the second warpgroup's MMAs on rows that are not there. */
+bfp8_hopper_plan bfp8_hopper_plan_grouped(int grouped, int64_t groups, int64_t m, int64_t n, int64_t k,
+                                          int64_t expected_m, int sms, const bfp8_hopper_knobs *knobs) {
+    const bfp8_hopper_knobs defaults = bfp8_hopper_knobs_default();
+    if (!knobs) knobs = &defaults;
+    const bool masked = grouped == BFP8_HOPPER_MASKED;
+    bfp8_hopper_plan pl = {0};
+    pl.grouped = grouped;
+    pl.groups = (int)groups;
+    int64_t per_group = expected_m > 0 ? expected_m : masked ? m : bfp8_ceil_div(m, groups);
+    if (per_group > m) per_group = m;
+    if (per_group < 1) per_group = 1;
+    pl.tile_rows = masked && per_group <= 64 ? 64 : kBP;
+    pl.p_tiles = (int)bfp8_ceil_div(m, pl.tile_rows); /* masked: per group */
+    const int64_t busy_p_tiles = masked ? groups * bfp8_ceil_div(per_group, pl.tile_rows) : pl.p_tiles;
+    const int64_t waves64 = bfp8_ceil_div(busy_p_tiles * bfp8_ceil_div(n, 64), sms);
+    const int64_t waves128 = bfp8_ceil_div(busy_p_tiles * bfp8_ceil_div(n, 128), sms);
+    pl.bq = knobs->tile_forced && !knobs->tile_swap ? knobs->tile_bq : 2 * waves64 <= 3 * waves128 ? 64 : 128;
+    pl.q_tiles = (int)bfp8_ceil_div(n, pl.bq);
+    pl.splits = 1;
+    pl.kb_per_split = (int)bfp8_ceil_div(k, kBK);
+    const int64_t units = (masked ? groups : 1) * pl.p_tiles * pl.q_tiles; /* < 2^31: the backend's check */
+    pl.units = pl.whole_units = (int)units;
+    pl.grid = (int)(units < sms ? units : sms);
+    return pl;
+}
+
 int64_t bfp8_hopper_plan_whole_columns(const bfp8_hopper_plan *pl) {
     return pl->swap ? (int64_t)pl->whole_units * kBP : (int64_t)(pl->whole_units / pl->p_tiles) * pl->bq;
 }
@@ -275,8 +307,13 @@ void bfp8_hopper_plan_describe(const bfp8_hopper_plan *pl, char *out, size_t siz
         snprintf(extra, sizeof extra, "; %d row slices of %d first", pl->units - pl->whole_units, pl->slice_rows);
     if (pl->sk_tiles)
         snprintf(extra, sizeof extra, "; stream-K over %d tiles, up to %d pieces a CTA", pl->sk_tiles, pl->sk_pieces);
+    char path[64];
+    if (pl->grouped)
+        snprintf(path, sizeof path, "grouped %s G=%d, %d-row tiles,",
+                 pl->grouped == BFP8_HOPPER_MASKED ? "masked" : "contiguous", pl->groups, pl->tile_rows);
     snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d%s) grid=%d%s",
-             pl->swap ? "swapped" : "normal", pl->bq, pl->splits, pl->kb_per_split, pl->units, pl->whole_units, extra,
+             pl->grouped ? path : pl->swap ? "swapped" : "normal", pl->bq, pl->splits, pl->kb_per_split, pl->units,
+             pl->whole_units, extra,
              pl->grid, pl->csplit ? " summed in clusters" : "");
 }
 
@@ -324,6 +361,22 @@ void bfp8_hopper_params_set_units(bfp8_hopper_params *hp, const bfp8_hopper_plan
         hp->sk_cta_div = make_divisor(pl->grid);
         hp->sk_kb_div = make_divisor(kblocks);
     }
+}
+
+void bfp8_hopper_params_set_grouped(bfp8_hopper_params *hp, const bfp8_hopper_plan *pl, int64_t m, int64_t n,
+                                    int64_t k) {
+    const bool masked = pl->grouped == BFP8_HOPPER_MASKED;
+    const int64_t p_rows = masked ? (int64_t)pl->groups * m : m;
+    bfp8_hopper_params_set_units(hp, pl, (int)bfp8_ceil_div(k, kBK), p_rows); /* contiguous: the dense grid */
+    hp->m = p_rows, hp->n = n, hp->k = k;
+    hp->grouped = pl->grouped;
+    hp->groups = pl->groups;
+    hp->group_rows = masked ? (int)m : 0;
+    hp->tile_rows = pl->tile_rows;
+    hp->weight_blocks = (int)bfp8_ceil_div(n, kBP);
+    hp->q_tile_div = make_divisor(pl->q_tiles);
+    hp->group_div = make_divisor(pl->groups);
+    if (masked) hp->p_last_rows = pl->tile_rows < kBP ? pl->tile_rows : 0; /* the 64-row tiles' box */
 }
 
 /* ---- check_units --------------------------------------------------------------------------------------------- */

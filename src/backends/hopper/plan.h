@@ -36,11 +36,20 @@ typedef struct bfp8_hopper_plan {
     int slice_rows;  /* the rows after the whole tiles in slices of this many (plan.c); 0: none */
     int sk_tiles;    /* the tiles after the whole tiles in stream-K runs (bfp8_hopper_params::sk_ctas); 0: none */
     int sk_pieces;   /* stream-K: the most pieces in one CTA's run (units = whole + grid x sk_pieces) */
+    /* A grouped plan (bfp8_hopper_params::grouped; BFP8_HOPPER_DENSE in the others): its groups, and the P rows of a
+     * tile (masked: 64 where one consumer warpgroup runs it, else 128). Masked plans count p_tiles per group. */
+    int grouped, groups, tile_rows;
 } bfp8_hopper_plan;
 
 /* The plan for M x N x K on `sms` SMs where `fit` clusters fit (NULL: none), with `knobs` (NULL: the defaults). */
 bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms, const bfp8_hopper_cluster_fit *fit,
                                        const bfp8_hopper_knobs *knobs);
+/* The plan of a grouped GEMM (bfp8_hopper_params::grouped: BFP8_HOPPER_CONTIGUOUS or BFP8_HOPPER_MASKED) of
+ * `groups` weights of N x K, with `m` rows of A (masked: max_m, the rows of each group's buffer) and expected_m
+ * rows per group expected (0: m / groups for contiguous, m for masked), on `sms` SMs. knobs->tile_* (BFP8_HOPPER_TILE
+ * 64 or 128) force the weight tiles' width; the other knobs do not apply. */
+bfp8_hopper_plan bfp8_hopper_plan_grouped(int grouped, int64_t groups, int64_t m, int64_t n, int64_t k,
+                                          int64_t expected_m, int sms, const bfp8_hopper_knobs *knobs);
 /* One line naming a plan: path, tile, K split, units, grid and clusters (BFP8_LOG=hopper, tests). */
 void bfp8_hopper_plan_describe(const bfp8_hopper_plan *pl, char *out, size_t size);
 
@@ -60,6 +69,10 @@ int bfp8_hopper_plan_p_box_rows(const bfp8_hopper_plan *pl, int64_t p_rows);
 /* The plan's unit grid in the kernel's parameters: counts, boxes and decode_unit's divisors (p_rows: rows of the P
  * operand). */
 void bfp8_hopper_params_set_units(bfp8_hopper_params *hp, const bfp8_hopper_plan *pl, int kblocks, int64_t p_rows);
+/* A grouped plan's unit grid and its groups in the kernel's parameters (the whole of set_units for it): m, n, k as
+ * in bfp8_hopper_plan_grouped. The pointers (m_indices, masked_m, ...) are the caller's to set. */
+void bfp8_hopper_params_set_grouped(bfp8_hopper_params *hp, const bfp8_hopper_plan *pl, int64_t m, int64_t n,
+                                    int64_t k);
 /* Whether the plan's units decode, with the kernel's divisors, to every (tile, K block) exactly once, as plain
  * division does, and stream-K pieces follow their protocol; false with the first difference in why. */
 bool bfp8_hopper_plan_check_units(const bfp8_hopper_plan *pl, int64_t m, int64_t n, int64_t k, char *why,

@@ -20,6 +20,9 @@ enum {
     BFP8_HOPPER_MAX_SPLIT_CLUSTER = 8, /* the largest cluster that sums K splits: the portable cluster size */
 };
 
+/* bfp8_hopper_params::grouped: a dense GEMM, or a grouped (MoE) one in one of DeepGEMM's layouts (docs/grouped.md). */
+enum { BFP8_HOPPER_DENSE = 0, BFP8_HOPPER_CONTIGUOUS = 1, BFP8_HOPPER_MASKED = 2 };
+
 /* fp32 values in one stream-K slot: a consumer warpgroup's 64 x bq partial (bfp8_hopper_params::sk_slots). */
 #define BFP8_HOPPER_SK_SLOT_FLOATS(bq) (64 * (bq))
 
@@ -125,6 +128,24 @@ typedef struct bfp8_hopper_params {
     float *sk_slots;     /* [sk_ctas][2 warpgroups][BFP8_HOPPER_SK_SLOT_FLOATS(BQ)]: a piece's partial */
     unsigned *sk_flags;  /* [sk_ctas][2 warpgroups]: 1 once the slot is written */
     unsigned *sk_ticket; /* the tickets handed out so far (zeroed with the flags) */
+    /* GROUPED kernels (normal path, whole tiles, no split): a grouped GEMM in DeepGEMM's layouts. P is A as one
+     * matrix of p_rows rows (contiguous: its m rows; masked: the G buffers of group_rows rows back to back), Q the
+     * G weights as one [groups * n, K] matrix, so a tile's group is a row offset of the same tensor maps, and y has
+     * P's rows. Contiguous: the units are the dense grid's tiles; a tile's rows may belong to several experts
+     * (m_indices, read on the device), and it runs one pass per expert, each storing only that expert's rows (with
+     * DeepGEMM's 128-aligned segments every tile has one). Masked: unit u is (row tile, group, weight tile), weight
+     * tile fastest, so that the first row tile of every group comes first (decode: every unit that has rows is in
+     * the first G x q_tiles); a unit whose row tile starts at or past the group's rows (masked_m[g], clamped to
+     * [0, group_rows], read on the device) is empty. Rows past a group's count, and padding rows, are never stored.
+     * 0 (BFP8_HOPPER_DENSE) in the other kernels. */
+    int grouped;
+    int groups;
+    int group_rows;    /* masked: max_m, the rows of each group's buffer */
+    int tile_rows;     /* masked: P rows a tile, 128, or 64 where one consumer runs (a tile is then one 64-row box) */
+    int weight_blocks; /* 128-row weight-scale blocks of one group: its scales are [weight_blocks][kblocks] */
+    bfp8_hopper_divisor q_tile_div, group_div; /* masked decode: by q_tiles and by groups */
+    const int *m_indices; /* contiguous: [p_rows], -1 (or anything outside [0, groups)) = a padding row */
+    const int *masked_m;  /* masked: [groups] */
 } bfp8_hopper_params;
 
 /* A work unit: (P tile, Q tile, split) and its K-block range [kb0, kb1); partial: the unit writes fp32 partial sums
@@ -140,6 +161,10 @@ typedef struct bfp8_hopper_unit {
      * numbering. An empty piece (past its CTA's run) has kb0 == kb1. */
     bool sk_store, sk_gather;
     int sk_tile0;
+    /* GROUPED kernels: the unit's group (contiguous: the expert of the current pass; -1 where the tile has none) and
+     * the rows it may store, [p0, p_end) (masked: up to the group's count; contiguous: the tile's rows, of which a
+     * pass stores its expert's). */
+    int group;
 } bfp8_hopper_unit;
 
 /* The first (tile, K block) pair of CTA c's stream-K run (bfp8_hopper_params::sk_ctas); c = sk_ctas: their count. */
@@ -214,6 +239,39 @@ BFP8_HOPPER_HD bfp8_hopper_unit bfp8_hopper_decode_unit(const bfp8_hopper_params
         return w;
     }
     return bfp8_hopper_decode_tile_unit(p, u, stream_k);
+}
+
+/* The tile of unit u of a GROUPED launch (bfp8_hopper_params::grouped), before its rows are known: masked, its
+ * group and row tile, with the group's whole buffer (p_end; bfp8_hopper_grouped_set_rows cuts it to the count);
+ * contiguous, the dense grid's tile with its rows up to the matrix's end, and no group yet (-1: the tile's experts are
+ * m_indices', which the producer reads; kernel.cuh). Reads no memory. */
+BFP8_HOPPER_HD bfp8_hopper_unit bfp8_hopper_decode_grouped_tile(const bfp8_hopper_params *p, int u) {
+    if (p->grouped == BFP8_HOPPER_CONTIGUOUS) {
+        bfp8_hopper_unit w = bfp8_hopper_decode_tile_unit(p, u, false);
+        w.p_end = w.p0 + BFP8_HOPPER_BP < p->p_rows ? w.p0 + BFP8_HOPPER_BP : p->p_rows;
+        w.group = -1;
+        return w;
+    }
+    bfp8_hopper_unit w;
+    w.sk_store = w.sk_gather = false, w.sk_tile0 = 0;
+    w.split = 0, w.partial = false;
+    const int tile = bfp8_hopper_divide(u, &p->q_tile_div), row_tile = bfp8_hopper_divide(tile, &p->group_div);
+    w.qt = u - tile * p->q_tiles;
+    w.group = tile - row_tile * p->groups;
+    w.p0 = w.group * p->group_rows + row_tile * p->tile_rows;
+    w.p_end = (w.group + 1) * p->group_rows;
+    w.pt = w.p0 / BFP8_HOPPER_BP;            /* (unused by the GROUPED kernels) */
+    w.p_cut = p->tile_rows < BFP8_HOPPER_BP; /* the 64-row box (maps.p_last) */
+    w.kb0 = 0, w.kb1 = p->kblocks;
+    return w;
+}
+
+/* A masked unit's rows, from its group's count as masked_m holds it: clamped to [0, group_rows]; the unit is empty
+ * (kb1 = kb0) where its row tile starts at or past them. */
+BFP8_HOPPER_HD void bfp8_hopper_grouped_set_rows(const bfp8_hopper_params *p, bfp8_hopper_unit *w, int count) {
+    const int rows = count < 0 ? 0 : count > p->group_rows ? p->group_rows : count, first = w->group * p->group_rows;
+    w->p_end = first + rows;
+    if (w->p0 >= w->p_end) w->kb1 = w->kb0;
 }
 
 #endif
