@@ -1,12 +1,13 @@
 /* CUDA: device memory API, GPU activation quantization (bytes identical to the host's), and every GPU backend
  * against the reference on fresh random data: ragged shapes, all output and bias dtypes, both scale formats, the
- * capability boundaries, poisoned outputs.
+ * capability boundaries, poisoned outputs; a prepared weight's upload in every scale layout and a linear call on it.
  *
  * Without a device (or without CUDA built) it checks that everything says why and prints "cuda: skipped: <why>".
  * BFP8_REQUIRE_CUDA=1 (scripts/gpu-check.sh sets it) turns a missing device into a failure, so the GPU suite
  * cannot pass silently on a GPU machine. */
 #include "check.h"
 #include "internal.h"
+#include "weight_forms.h"
 
 #include <inttypes.h>
 
@@ -68,6 +69,19 @@ static void check_unavailable(const char *why) {
     CHECK(seen == 2, "%d CUDA backends listed as unavailable, expected 2", seen);
     CHECK(bfp8_dispatcher_find(d, "cuda_generic") == NULL, "cuda_generic registered without a device");
     bfp8_dispatcher_free(d);
+    /* A weight prepared for a CUDA backend says why and keeps its host forms. */
+    bfp8_dispatcher *spies = test_layout_spies(BFP8_DEVICE_CUDA);
+    bfp8_weight *wt = NULL;
+    CHECK_OK(bfp8_weight_quantize(x, BFP8_DTYPE_F32, 1, 4, BFP8_SCALE_FP32, &wt, NULL));
+    if (spies && wt) {
+        bfp8_weight_info info;
+        CHECK_STATUS(bfp8_weight_prepare(wt, spies, NULL), BFP8_ERR_UNSUPPORTED);
+        CHECK_OK(bfp8_weight_info_get(wt, &info));
+        CHECK(info.device_layouts == 0 && (info.host_layouts & BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR)),
+              "a failed upload left layouts host %#x device %#x", info.host_layouts, info.device_layouts);
+    }
+    bfp8_weight_free(wt);
+    bfp8_dispatcher_free(spies);
 }
 
 /* ---- device memory API -------------------------------------------------------------------------------------- */
@@ -410,6 +424,60 @@ static void check_gemms(void) {
     bfp8_dispatcher_free(d);
 }
 
+/* ---- prepared weights on the device ------------------------------------------------------------------------ */
+
+/* The weight store's upload (src/weight_store.c): a weight prepared for a CUDA backend of each scale layout holds
+ * each on the device with the host's bytes, q uploaded once; prepared for every backend of the default dispatcher,
+ * bfp8_linear on device data gives what ref gives on the host, within the bf16 tolerance. */
+static void check_weight_upload(void) {
+    enum { M = 5, N = 200, K = 300 }; /* ragged: the aligned and packed layouts pad their rows */
+    float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * M * K);
+    for (int64_t i = 0; i < N * K; i++) w[i] = test_randn(0.05f);
+    fill_input(x, BFP8_DTYPE_F32, M * K, false);
+    const size_t ybytes = sizeof(uint16_t) * M * N;
+    uint16_t *y = malloc(ybytes), *y_ref = malloc(ybytes);
+    bfp8_dispatcher *spies = test_layout_spies(BFP8_DEVICE_CUDA), *ref = NULL;
+    CHECK_OK(bfp8_dispatcher_create_default(&ref));
+    if (ref) CHECK_OK(bfp8_dispatcher_set_policy(ref, BFP8_POLICY_STRICT, "ref"));
+    for (int f = 0; f < BFP8_SCALE_FORMAT_COUNT && spies && ref; f++) {
+        const bfp8_scale_format format = (bfp8_scale_format)f;
+        bfp8_weight *wt = NULL;
+        CHECK_OK(bfp8_weight_quantize(w, BFP8_DTYPE_F32, N, K, format, &wt, NULL));
+        if (!wt) continue;
+        CHECK_OK(bfp8_weight_prepare(wt, spies, NULL));
+        bfp8_weight_info info = {0};
+        CHECK_OK(bfp8_weight_info_get(wt, &info));
+        CHECK(info.device_layouts == bfp8_scale_layouts_for(format) && info.host_layouts == info.device_layouts,
+              "%s: layouts host %#x device %#x", bfp8_scale_format_name(format), info.host_layouts,
+              info.device_layouts);
+        test_check_uploads(bfp8_scale_format_name(format), wt, test_view_dense, info.device_layouts, N * K, 1);
+        /* The real backends' forms, and a linear call on them. */
+        CHECK_OK(bfp8_weight_prepare(wt, NULL, NULL));
+        bfp8_linear_args a = {.x = x, .x_dtype = BFP8_DTYPE_F32, .m = M, .y = y_ref, .y_dtype = BFP8_DTYPE_BF16,
+                              .device = BFP8_DEVICE_CPU};
+        CHECK_OK(bfp8_linear(ref, wt, &a));
+        a.device = BFP8_DEVICE_CUDA;
+        a.x = check_dev_upload(x, sizeof(float) * M * K);
+        a.y = check_dev_filled(ybytes, 0xFF);
+        if (a.x && a.y) {
+            CHECK_OK(bfp8_linear(NULL, wt, &a));
+            CHECK_OK(bfp8_cuda_synchronize(NULL));
+            CHECK_OK(bfp8_cuda_download(y, a.y, ybytes));
+            float *yf = test_to_f32(y, BFP8_DTYPE_BF16, M * N), *rf = test_to_f32(y_ref, BFP8_DTYPE_BF16, M * N);
+            const double err = test_rel_frobenius(yf, rf, M * N);
+            const double tol = test_tolerance(BFP8_DTYPE_BF16, BFP8_DEVICE_CUDA);
+            const int64_t unwritten = test_count_nan(yf, M * N);
+            CHECK(unwritten == 0 && err <= tol, "%s weight: linear on the device vs ref: %lld unwritten, "
+                  "rel Frobenius %.3g (tolerance %.1g)", bfp8_scale_format_name(format), (long long)unwritten, err, tol);
+            free(yf), free(rf);
+        }
+        bfp8_cuda_free((void *)a.x), bfp8_cuda_free(a.y);
+        bfp8_weight_free(wt);
+    }
+    bfp8_dispatcher_free(spies), bfp8_dispatcher_free(ref);
+    free(w), free(x), free(y), free(y_ref);
+}
+
 int main(void) {
     test_seed();
     char why[BFP8_REASON_MAX];
@@ -423,6 +491,7 @@ int main(void) {
     check_memory_api();
     check_quantization();
     check_gemms();
+    check_weight_upload();
     test_calc_diff_mean_check("cuda");
     return TEST_SUMMARY("cuda");
 }

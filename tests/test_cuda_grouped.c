@@ -3,14 +3,16 @@
  * ragged N/K, bias; rows that must stay unwritten (padding, beyond masked_m) and a guard after the output; what the
  * device does with bad contents (masked_m > max_m or < 0, indices outside [-1, G)); the dense kernel's bytes where
  * its sum order is the grouped one's; a CUDA graph of a masked call replayed with masked_m changed between replays;
- * the grouped linear layer. hopper's cases are at its boundaries: K a multiple of 16, tiles of 64 and 128 rows
- * (expected_m), tiles mixing experts (scattered rows), partial row and weight tiles.
+ * a grouped weight's upload in every scale layout; the grouped linear layer. hopper's cases are at its boundaries: K
+ * a multiple of 16, tiles of 64 and 128 rows (expected_m), tiles mixing experts (scattered rows), partial row and
+ * weight tiles.
  *
  * Without a device it checks that grouped CUDA calls say why and prints "cuda_grouped: skipped: <why>";
  * BFP8_REQUIRE_CUDA=1 turns a missing device into a failure. */
 #include "check.h"
 #include "blockfp8_grouped.h"
 #include "internal.h"
+#include "weight_forms.h"
 
 #ifdef BFP8_WITH_CUDA
 #include <cuda_runtime.h>
@@ -446,6 +448,32 @@ static void test_dispatch(void) {
     free_case(&c);
 }
 
+/* The weight store's upload for G groups (src/weight_store.c): a grouped weight prepared for a CUDA backend of each
+ * scale layout holds each on the device with the host's bytes (all G matrices), q [G, N, K] uploaded once.
+ * test_linear runs the grouped GEMM on such an upload. */
+static void test_weight_upload(void) {
+    enum { G = 3, N = 200, K = 300 }; /* ragged: the aligned and packed layouts pad their rows */
+    float *w = malloc(sizeof(float) * G * N * K);
+    for (int64_t i = 0; i < G * N * K; i++) w[i] = test_randn(0.05f * (float)(1 + i / (N * K)));
+    bfp8_dispatcher *spies = test_layout_spies(BFP8_DEVICE_CUDA);
+    for (int f = 0; f < BFP8_SCALE_FORMAT_COUNT && spies; f++) {
+        const bfp8_scale_format format = (bfp8_scale_format)f;
+        bfp8_grouped_weight *gw = NULL;
+        CHECK_OK(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_F32, G, N, K, format, &gw, NULL));
+        if (!gw) continue;
+        CHECK_OK(bfp8_grouped_weight_prepare(gw, spies, NULL));
+        bfp8_grouped_weight_info info = {0};
+        CHECK_OK(bfp8_grouped_weight_info_get(gw, &info));
+        CHECK(info.device_layouts == bfp8_scale_layouts_for(format) && info.host_layouts == info.device_layouts,
+              "%s: layouts host %#x device %#x", bfp8_scale_format_name(format), info.host_layouts,
+              info.device_layouts);
+        test_check_uploads(bfp8_scale_format_name(format), gw, test_view_grouped, info.device_layouts, G * N * K, G);
+        bfp8_grouped_weight_free(gw);
+    }
+    bfp8_dispatcher_free(spies);
+    free(w);
+}
+
 /* The grouped linear on the device equals, within tolerance, the host reference's; unused rows stay unwritten. */
 static void test_linear(const char *backend) {
     enum { G = 5, N = 256, K = 640, M = 130 };
@@ -605,6 +633,21 @@ static void check_unavailable(const char *why) {
     CHECK_STATUS(bfp8_grouped_gemm(d, &g), BFP8_ERR_UNSUPPORTED);
     CHECK(strstr(bfp8_last_error(), "cpu") != NULL, "no device (%s): '%s'", why, bfp8_last_error());
     bfp8_dispatcher_free(d);
+    /* A grouped weight prepared for a CUDA backend says why and keeps its host forms. */
+    bfp8_dispatcher *spies = test_layout_spies(BFP8_DEVICE_CUDA);
+    bfp8_grouped_weight *gw = NULL;
+    float w[2 * 128];
+    for (int i = 0; i < 2 * 128; i++) w[i] = test_randn(1.0f);
+    CHECK_OK(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_F32, 2, 1, 128, BFP8_SCALE_FP32, &gw, NULL));
+    if (spies && gw) {
+        bfp8_grouped_weight_info info;
+        CHECK_STATUS(bfp8_grouped_weight_prepare(gw, spies, NULL), BFP8_ERR_UNSUPPORTED);
+        CHECK_OK(bfp8_grouped_weight_info_get(gw, &info));
+        CHECK(info.device_layouts == 0 && (info.host_layouts & BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR)),
+              "a failed upload left layouts host %#x device %#x", info.host_layouts, info.device_layouts);
+    }
+    bfp8_grouped_weight_free(gw);
+    bfp8_dispatcher_free(spies);
 }
 
 int main(void) {
@@ -626,6 +669,7 @@ int main(void) {
     }
     bfp8_dispatcher_free(d);
     test_dispatch();
+    test_weight_upload();
     test_linear("cuda_generic");
     test_hopper();
     printf("cuda_grouped: %d grouped calls checked against ref\n", calls_checked);

@@ -5,6 +5,7 @@
 #include "check.h"
 #include "blockfp8_grouped.h"
 #include "internal.h"
+#include "weight_forms.h"
 
 #include <unistd.h>
 
@@ -719,6 +720,102 @@ static void test_grouped_weight(void) {
     free(w);
 }
 
+/* The store both weights share (src/weight_store.h): a grouped weight prepared for a backend of every scale layout
+ * holds, group by group, the bytes of G dense weights prepared the same way (fp8 codes and each layout's scale
+ * matrix), also when created from one of those layouts; a backend without a grouped GEMM adds nothing to it. */
+static void test_grouped_weight_forms(void) {
+    enum { G = 3, N = 200, K = 300 }; /* ragged: the aligned and packed layouts pad their rows */
+    float *w = malloc(sizeof(float) * G * N * K);
+    for (int64_t i = 0; i < G * N * K; i++) w[i] = test_randn(0.05f * (float)(1 + i / (N * K)));
+    bfp8_dispatcher *spies = test_layout_spies(BFP8_DEVICE_CPU);
+    for (int f = 0; f < BFP8_SCALE_FORMAT_COUNT && spies; f++) {
+        const bfp8_scale_format format = (bfp8_scale_format)f;
+        const uint32_t all = bfp8_scale_layouts_for(format);
+        bfp8_grouped_weight *gw = NULL, *gw2 = NULL;
+        bfp8_weight *dw[G] = {NULL};
+        CHECK_OK(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_F32, G, N, K, format, &gw, NULL));
+        CHECK_OK(bfp8_grouped_weight_prepare(gw, spies, NULL));
+        bfp8_grouped_weight_info gi = {0};
+        CHECK_OK(bfp8_grouped_weight_info_get(gw, &gi));
+        CHECK(gi.host_layouts == all && gi.device_layouts == 0, "%s: grouped layouts %#x, want %#x",
+              bfp8_scale_format_name(format), gi.host_layouts, all);
+        for (int64_t g = 0; g < G; g++) {
+            CHECK_OK(bfp8_weight_quantize(w + g * N * K, BFP8_DTYPE_F32, N, K, format, &dw[g], NULL));
+            CHECK_OK(bfp8_weight_prepare(dw[g], spies, NULL));
+            bfp8_weight_info di = {0};
+            CHECK_OK(bfp8_weight_info_get(dw[g], &di));
+            CHECK(di.host_layouts == all && di.device_layouts == 0, "dense layouts %#x", di.host_layouts);
+        }
+        for (int l = 0; l < BFP8_LAYOUT_COUNT && gw; l++) {
+            if (!(all & BFP8_BIT(l))) continue;
+            const uint8_t *gq;
+            bfp8_scales gs;
+            CHECK_OK(bfp8_grouped_weight_view(gw, BFP8_DEVICE_CPU, (bfp8_scale_layout)l, &gq, &gs));
+            const size_t stride = bfp8_grouped_scale_stride(&gs);
+            for (int64_t g = 0; g < G && dw[g]; g++) {
+                const uint8_t *dq;
+                bfp8_scales ds;
+                CHECK_OK(bfp8_weight_view(dw[g], BFP8_DEVICE_CPU, (bfp8_scale_layout)l, &dq, &ds));
+                CHECK(ds.format == gs.format && ds.layout == gs.layout && ds.rows == gs.rows &&
+                          ds.kblocks == gs.kblocks && memcmp(dq, gq + g * N * K, N * K) == 0 &&
+                          memcmp(ds.data, (const char *)gs.data + g * stride, stride) == 0,
+                      "%s %s: group %lld differs from the dense weight", bfp8_scale_format_name(format),
+                      bfp8_scale_layout_name((bfp8_scale_layout)l), (long long)g);
+            }
+            /* Created from this layout, then prepared: every layout's bytes are the quantized weight's. */
+            CHECK_OK(bfp8_grouped_weight_create(gq, G, N, K, &gs, &gw2));
+            if (gw2) CHECK_OK(bfp8_grouped_weight_prepare(gw2, spies, NULL));
+            for (int l2 = 0; l2 < BFP8_LAYOUT_COUNT && gw2; l2++) {
+                if (!(all & BFP8_BIT(l2))) continue;
+                const uint8_t *q1, *q2;
+                bfp8_scales s1, s2;
+                CHECK_OK(bfp8_grouped_weight_view(gw, BFP8_DEVICE_CPU, (bfp8_scale_layout)l2, &q1, &s1));
+                CHECK_OK(bfp8_grouped_weight_view(gw2, BFP8_DEVICE_CPU, (bfp8_scale_layout)l2, &q2, &s2));
+                CHECK(memcmp(q1, q2, G * N * K) == 0 &&
+                          memcmp(s1.data, s2.data, (size_t)G * bfp8_grouped_scale_stride(&s1)) == 0,
+                      "%s: created from %s, the %s form differs", bfp8_scale_format_name(format),
+                      bfp8_scale_layout_name((bfp8_scale_layout)l), bfp8_scale_layout_name((bfp8_scale_layout)l2));
+            }
+            bfp8_grouped_weight_free(gw2);
+            gw2 = NULL;
+        }
+        for (int64_t g = 0; g < G; g++) bfp8_weight_free(dw[g]);
+        bfp8_grouped_weight_free(gw);
+    }
+    bfp8_dispatcher_free(spies);
+
+    /* A backend with only a dense GEMM: the dense weight gets its layout, the grouped one nothing. */
+    static const bfp8_backend dense_only = {
+        .name = "dense_only",
+        .caps = {.device = BFP8_DEVICE_CPU, .out_dtypes = BFP8_BIT(BFP8_DTYPE_F32),
+                 .scale_formats = BFP8_BIT(BFP8_SCALE_FP32), .a_layouts = BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR),
+                 .b_layouts = BFP8_BIT(BFP8_LAYOUT_MN_MAJOR)},
+        .gemm = test_spy_gemm,
+    };
+    bfp8_dispatcher *d = NULL;
+    CHECK_OK(bfp8_dispatcher_create(&d));
+    if (d) CHECK_OK(bfp8_dispatcher_add(d, &dense_only));
+    bfp8_grouped_weight *gw = NULL;
+    bfp8_weight *dw = NULL;
+    CHECK_OK(bfp8_grouped_weight_quantize(w, BFP8_DTYPE_F32, G, N, K, BFP8_SCALE_FP32, &gw, NULL));
+    CHECK_OK(bfp8_weight_quantize(w, BFP8_DTYPE_F32, N, K, BFP8_SCALE_FP32, &dw, NULL));
+    if (d && gw && dw) {
+        CHECK_OK(bfp8_grouped_weight_prepare(gw, d, "dense_only"));
+        CHECK_OK(bfp8_weight_prepare(dw, d, "dense_only"));
+        bfp8_grouped_weight_info gi;
+        bfp8_weight_info di;
+        CHECK_OK(bfp8_grouped_weight_info_get(gw, &gi));
+        CHECK_OK(bfp8_weight_info_get(dw, &di));
+        CHECK(gi.host_layouts == BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR), "grouped weight prepared for a dense-only backend");
+        CHECK(di.host_layouts == (BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR) | BFP8_BIT(BFP8_LAYOUT_MN_MAJOR)),
+              "dense weight not prepared for its backend");
+    }
+    bfp8_grouped_weight_free(gw);
+    bfp8_weight_free(dw);
+    bfp8_dispatcher_free(d);
+    free(w);
+}
+
 /* The grouped linear equals quantize (the library's quantizer) + grouped GEMM, byte for byte; unused rows are
  * neither written nor quantized (their non-finite values are not counted). */
 static void test_grouped_linear(void) {
@@ -1004,6 +1101,7 @@ int main(void) {
     test_bad_input();
     test_dispatch();
     test_grouped_weight();
+    test_grouped_weight_forms();
     test_grouped_linear();
     test_load_experts();
     printf("grouped: %d grouped calls checked against the dense calls and the independent product\n", cases_run);
