@@ -148,7 +148,7 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
     bfp8_scales sb_desc;
     bfp8_scales_init(&sb_desc, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, nb, kb, sb);
     bfp8_status wst = bfp8_grouped_weight_create(qb, G, n, k, &sb_desc, &w);
-    if (wst == BFP8_OK) wst = bfp8_grouped_weight_prepare(w, d, NULL);
+    if (wst == BFP8_OK) wst = moe_weight_prepare(d, o->device, NULL, w);
     if (wst != BFP8_OK) {
         bfp8_grouped_weight_free(w);
         free(qb), free(sb);

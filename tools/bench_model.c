@@ -106,8 +106,7 @@ typedef struct layer_weight {
     bfp8_grouped_weight *grouped;
 } layer_weight;
 
-/* Random weights of L's shape, prepared for the backends of d that run on o->device and for ref (the checks):
- * a cpu run on a GPU machine then uploads nothing. */
+/* Random weights of L's shape, prepared for the backends of d that run on o->device and for ref (the checks). */
 static bfp8_status make_weight(const opts *o, const model_layer *L, test_rng *rng, bfp8_dispatcher *d,
                                layer_weight *w) {
     const bool grouped = L->part == PART_EXPERTS;
@@ -121,12 +120,7 @@ static bfp8_status make_weight(const opts *o, const model_layer *L, test_rng *rn
         st = grouped ? bfp8_grouped_weight_create(q, groups, L->n, L->k, &desc, &w->grouped)
                      : bfp8_weight_create(q, L->n, L->k, &desc, &w->dense);
     free(q), free(s);
-    for (size_t i = 0; i < bfp8_dispatcher_count(d) && st == BFP8_OK; i++) {
-        const bfp8_backend *b = bfp8_dispatcher_at(d, i);
-        if (b->caps.device != o->device && strcmp(b->name, "ref") != 0) continue;
-        st = grouped ? bfp8_grouped_weight_prepare(w->grouped, d, b->name) : bfp8_weight_prepare(w->dense, d, b->name);
-    }
-    return st;
+    return st == BFP8_OK ? moe_weight_prepare(d, o->device, w->dense, w->grouped) : st;
 }
 
 /* ---- one layer's runs ------------------------------------------------------------------------------------- */

@@ -89,6 +89,16 @@ void moe_routing_free(moe_routing *r) {
     r->first_row = r->slot = NULL;
 }
 
+bfp8_status moe_weight_prepare(bfp8_dispatcher *d, bfp8_device device, bfp8_weight *dense,
+                               bfp8_grouped_weight *grouped) {
+    for (size_t i = 0; i < bfp8_dispatcher_count(d); i++) {
+        const bfp8_backend *b = bfp8_dispatcher_at(d, i);
+        if (b->caps.device != device && strcmp(b->name, "ref") != 0) continue;
+        CLI_TRY(grouped ? bfp8_grouped_weight_prepare(grouped, d, b->name) : bfp8_weight_prepare(dense, d, b->name));
+    }
+    return BFP8_OK;
+}
+
 /* Row-major host scales, `mats` matrices of `rows` rows, converted to `layout` and put in c's buffers. */
 static bfp8_status put_scales(moe_call *c, const float *rm, bfp8_scale_format format, int64_t mats, int64_t rows,
                               int64_t kblocks, bfp8_scale_layout layout, bfp8_scales *out) {

@@ -39,6 +39,11 @@ bool moe_route(moe_routing *r, test_rng *rng);
 bool moe_lay_out(moe_routing *r);
 void moe_routing_free(moe_routing *r);
 
+/* Prepares a weight (dense or grouped: the other NULL) for the backends of d that run on `device` and for ref (the
+ * checks against it), so that a cpu run on a GPU machine uploads nothing. */
+bfp8_status moe_weight_prepare(bfp8_dispatcher *d, bfp8_device device, bfp8_weight *dense,
+                               bfp8_grouped_weight *grouped);
+
 /* One grouped GEMM call with its operands on `device`, in the scale layouts of the backend that dispatcher `d`
  * chooses for it (what a grouped linear call would hand that backend). */
 typedef struct moe_call_spec {
