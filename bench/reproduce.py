@@ -284,11 +284,17 @@ def model(path, markdown):
     out = []
     for r in recs:
         if r["layer"] == "step":
-            line = f"batch {r['batch']}: step {us_text(r['median_us'])}, {r['tokens_per_s']:.0f} tokens/s"
+            moe = "routed_experts_us" in r  # the step is one MoE decoder layer (before: the 8 dense-path layers)
+            line = f"batch {r['batch']}: step {us_text(r['median_us'])}"
+            if moe:
+                line += (f" (one MoE layer: routed experts {100 * r['expert_share']:.1f}%, {r['experts']} experts, "
+                         f"{r['moe_layout']}), 61 layers' GEMMs {us_text(r['model_us'])}")
+            rate = lambda x: f"{x:.3f}" if x < 10 else f"{x:.0f}"
+            line += f", {rate(r['tokens_per_s'])} tokens/s"
             if "fallback_us" in r:
                 fewer = 100 * (1 - r["fallback_tokens_per_s"] / r["tokens_per_s"])
                 line += (f"; every layer on the fallback {us_text(r['fallback_us'])}, "
-                         f"{r['fallback_tokens_per_s']:.0f} tokens/s "
+                         f"{rate(r['fallback_tokens_per_s'])} tokens/s "
                          f"({abs(fewer):.1f}% {'fewer' if fewer >= 0 else 'more'})")
             out.append(line)
     if markdown:

@@ -676,6 +676,68 @@ expect 2 "$cli" bench --grouped masked --baseline cublaslt
 has err "does not run on cpu"
 expect 0 "$cli" bench --grouped masked --help
 has out "usage: blockfp8 bench --grouped"
+# --- bench --model: a DeepSeek-R1 decoder layer, the routed experts through the grouped GEMM -------------------
+# Small and fast: batch 1-2, one timed run, 4-6 experts resident (the dense layers keep their real shapes).
+expect 0 "$cli" bench --model dsr1 --batch 1,2 --iters 1 --experts 4 --skew 1 --json "$tmp/model.json"
+has out "routed experts: 4 resident, top-4 per token, routing Zipf(1)"
+has out "scaled down (--experts, --top-k)"
+has out "layout: masked [4, 128, K], masked_m = the counts below, expected_m 1 (batch <= 128: decode)"
+has out "experts    experts.gate_up    4096   7168  cpu"
+has out "experts    experts.down       7168   2048  cpu"
+has out "shared     shared.down        7168   2048  cpu"
+has out "  routed experts (grouped)"
+has out "  dense part (attention + shared)"
+has out "  61 layers (3 dense + 58 MoE)"
+lacks out "FAIL"
+python3 - "$tmp/model.json" <<'EOF2' && pass || fail "bench --model --json: records"
+import json, sys
+recs = json.load(open(sys.argv[1]))
+steps = [r for r in recs if r["layer"] == "step"]
+assert [s["batch"] for s in steps] == [1, 2], steps
+for s in steps:  # each token's top-4 experts, all four here: 4 per token, every expert once per token
+    assert s["tokens_per_expert"] == [s["batch"]] * 4 and s["routed_rows"] == 4 * s["batch"], s
+    assert s["moe_layout"] == "masked" and s["experts"] == 4 and s["top_k"] == 4, s
+    parts = s["attention_us"] + s["shared_expert_us"] + s["routed_experts_us"]
+    assert abs(parts - s["median_us"]) <= 1e-3 * s["median_us"], s
+layers = [r for r in recs if r["layer"] != "step"]
+assert len(layers) == 20 and {r["part"] for r in layers} == {"attention", "dense_mlp", "shared_expert", "routed_experts"}
+assert all(r["rel_err_vs_ref"] <= 8e-3 and r["median_us"] > 0 for r in layers), layers
+assert all(r["groups"] == 4 and r["layout"] == "masked" for r in layers if r["part"] == "routed_experts")
+EOF2
+# Contiguous (forced), fewer experts per token than held, and every layer on ref beside it.
+expect 0 "$cli" bench --model dsr1 --batch 3 --iters 1 --experts 6 --top-k 2 --moe-layout contiguous --compare
+has out "routed experts: 6 resident, top-2 per token"
+has out "routing: 6 rows (batch x top-2) to "
+has out "layout: contiguous, "
+has out "(--moe-layout)"
+has out "experts    experts.down       7168   2048  cpu"
+has out "ref"
+has out "all-fallback: "
+lacks out "FAIL"
+# The routing of a batch depends on the seed and the batch alone.
+expect 0 "$cli" bench --model dsr1 --batch 5 --iters 1 --experts 12 --top-k 3 --seed 9
+grep -A1 "tokens per expert" "$tmp/out" >"$tmp/counts1"
+expect 0 "$cli" bench --model dsr1 --batch 2,5 --iters 1 --experts 12 --top-k 3 --seed 9
+grep -A1 "tokens per expert" "$tmp/out" | tail -2 >"$tmp/counts2"
+cmp -s "$tmp/counts1" "$tmp/counts2" && pass || fail "bench --model: batch 5 routed differently beside batch 2"
+expect 0 "$cli" bench --model dsr1 --help
+has out "usage: blockfp8 bench --model dsr1"
+has out "--moe-layout L"
+has out "Zipf"
+for bad in "--experts 0" "--experts 257" "--experts x" "--top-k 0" "--skew -1" "--skew abc" "--skew nan" \
+    "--skew 17" "--moe-layout sideways" "--moe-layout" "--batch 0" "--iters 0"; do
+    # shellcheck disable=SC2086 # $bad is an option and its value
+    expect 2 "$cli" bench --model dsr1 $bad
+    has err "blockfp8 bench: "
+done
+expect 2 "$cli" bench --model dsr1 --experts 4 --top-k 5
+has err "--top-k 5 exceeds the 4 experts"
+expect 2 "$cli" bench --model dsr1 --skew -0.5
+has err "bad --skew"
+expect 2 "$cli" bench --model dsr1 --moe-layout none
+has err "bad --moe-layout 'none' (auto, masked or contiguous)"
+expect 2 "$cli" bench --model llama
+has err "--model must be dsr1"
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

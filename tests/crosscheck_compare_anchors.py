@@ -54,9 +54,11 @@ def check_data():
     check(table and [tuple(map(int, p)) for p in re.findall(r"\{(\d+), (\d+)\}", table.group(1))] == nk,
           "tools/bench.c's dsr1_shapes differ from bench/data/dsr1_shapes.csv")
     src = open(os.path.join(ROOT, "tools", "bench_model.c"), encoding="utf-8").read()
-    layers = re.findall(r'\{"([^"]+)", (\d+), (\d+)\}', src)
-    check([(name, int(n), int(k)) for name, n, k in layers] == shapes,
-          "tools/bench_model.c's layers differ from bench/data/dsr1_shapes.csv")
+    layers = re.findall(r'\{"([^"]+)", (PART_\w+), (\d+), (\d+)\}', src)
+    check([(name, int(n), int(k)) for name, part, n, k in layers if part != "PART_EXPERTS"] == shapes,
+          "tools/bench_model.c's dense layers differ from bench/data/dsr1_shapes.csv")
+    check([(int(n), int(k)) for _, part, n, k in layers if part == "PART_EXPERTS"] == [(4096, 7168), (7168, 2048)],
+          "tools/bench_model.c's routed experts are not DeepSeek-R1's gate_up 4096x7168 and down 7168x2048")
     src = open(os.path.join(ROOT, "bench", "triton_baseline.py"), encoding="utf-8").read()
     check("dsr1_shapes.csv" in src, "bench/triton_baseline.py does not take its shapes from bench/data")
     grid = {(m, n, k) for m in ms for n, k in nk}

@@ -3,8 +3,7 @@
  * one OpenBLAS sgemm per expert on the dequantized fp32 weights, on CUDA one cuBLASLt call per expert (the
  * `cublaslt` backend, strict). The cells are those of bench/data/moe-anchor-h200-2026-12-04.csv: contiguous, each expert's
  * T rows one 128-aligned segment; masked, max_m = max(128, round_up(2 x T, 128)) with masked_m = expected_m = T. */
-#include "cli.h"
-#include "blockfp8_grouped.h"
+#include "moe.h"
 #include "cuda_timer.h"
 
 #include <inttypes.h>
@@ -51,65 +50,19 @@ typedef struct gb_opts {
 
 static bool cuda_device(const gb_opts *o) { return o->device == BFP8_DEVICE_CUDA; }
 
-/* One cell's operands on the data's device. */
+/* One cell's operands: host arrays, and the grouped call on the data's device. */
 typedef struct gb_cell {
     const gb_opts *o;
     int64_t n, k, kb, nb, tokens, m, rows; /* m: grouped m (rows or max_m); rows: of A and Y */
-    uint8_t *qa, *qb;                       /* host */
-    float *sa, *sb;                         /* host, row-major */
+    uint8_t *qa;                            /* host */
+    float *sa;                              /* host, row-major */
     int32_t *idx, *counts;                  /* host */
-    bfp8_grouped_gemm_args g;               /* the grouped call (device pointers on cuda) */
-    void *dev[8];
-    int ndev;
+    moe_call call;                          /* the grouped call (device pointers on cuda) */
     /* baseline */
     bfp8_dispatcher *base_d;
     bfp8_gemm_args *per_expert; /* cuda: one dense call per expert */
     float *a32, *w32, *c32;     /* cpu: dequantized operands, output */
 } gb_cell;
-
-static void *gb_put(gb_cell *c, const void *host, size_t bytes, bfp8_status *st) {
-    if (*st != BFP8_OK) return NULL;
-    if (c->o->device != BFP8_DEVICE_CUDA) return (void *)host;
-    void *p = NULL;
-    if ((*st = bfp8_cuda_malloc(bytes ? bytes : 1, &p)) != BFP8_OK) return NULL;
-    c->dev[c->ndev++] = p;
-    if (host && bytes) *st = bfp8_cuda_upload(p, host, bytes);
-    return p;
-}
-
-/* Random finite E4M3 codes (no NaN) and power-of-two scales: the same work as real data, no quantization time. */
-static void fill_codes(test_rng *rng, uint8_t *q, int64_t count) {
-    for (int64_t i = 0; i < count; i++) {
-        uint8_t v = (uint8_t)test_rng_u64(rng);
-        q[i] = (v & 0x7F) == 0x7F ? (uint8_t)(v - 1) : v;
-    }
-}
-static void fill_scales(test_rng *rng, float *s, int64_t count, int base) {
-    for (int64_t i = 0; i < count; i++) s[i] = ldexpf(1.0f, base - (int)(test_rng_u64(rng) % 4));
-}
-
-/* Host scales (row-major, `mats` matrices of `rows`) in `layout`, on the device when it is cuda. */
-static void *scales_for(gb_cell *c, const float *rm, int64_t mats, int64_t rows, bfp8_scale_layout layout,
-                        bfp8_scales *desc, bfp8_status *st) {
-    const size_t one = bfp8_scales_bytes(layout, rows, c->kb);
-    char *buf = calloc(1, one * (size_t)mats + 1);
-    if (!buf) {
-        *st = BFP8_ERR_OUT_OF_MEMORY;
-        return NULL;
-    }
-    for (int64_t i = 0; i < mats && *st == BFP8_OK; i++) {
-        bfp8_scales src, dst;
-        bfp8_scales_init(&src, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, rows, c->kb, (void *)(rm + i * rows * c->kb));
-        bfp8_scales_init(&dst, BFP8_SCALE_FP32, layout, rows, c->kb, buf + (size_t)i * one);
-        *st = bfp8_scales_convert(&src, &dst);
-    }
-    bfp8_scales_init(desc, BFP8_SCALE_FP32, layout, rows, c->kb, NULL);
-    void *p = gb_put(c, buf, one * (size_t)mats, st);
-    if (c->o->device == BFP8_DEVICE_CUDA) free(buf);
-    else c->dev[c->ndev++] = buf; /* host: kept, freed with the cell */
-    desc->data = p;
-    return p;
-}
 
 /* The rows of expert e: contiguous, a segment starting at e * round_up(T, 128); masked, rows [0, T) of group e. */
 static int64_t expert_row0(const gb_cell *c, int64_t e) {
@@ -117,10 +70,7 @@ static int64_t expert_row0(const gb_cell *c, int64_t e) {
 }
 
 static void cell_free(gb_cell *c) {
-    for (int i = 0; i < c->ndev; i++) {
-        if (c->o->device == BFP8_DEVICE_CUDA) bfp8_cuda_free(c->dev[i]);
-        else free(c->dev[i]);
-    }
+    moe_call_free(&c->call);
     if (c->per_expert) {
         for (int64_t e = 0; e < c->o->experts; e++) {
             if (c->o->device == BFP8_DEVICE_CUDA) {
@@ -132,7 +82,6 @@ static void cell_free(gb_cell *c) {
         free(c->per_expert);
     }
     free(c->qa), free(c->sa), free(c->idx), free(c->counts), free(c->a32), free(c->c32);
-    c->ndev = 0;
 }
 
 typedef struct gb_call {
@@ -142,7 +91,7 @@ typedef struct gb_call {
 
 static bfp8_status call_grouped(void *ctx) {
     const gb_call *x = ctx;
-    return bfp8_grouped_gemm(x->d, &x->c->g);
+    return bfp8_grouped_gemm(x->d, &x->c->call.g);
 }
 
 static bfp8_status call_baseline(void *ctx) {
@@ -192,18 +141,31 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
         free(qb), free(sb);
         return cli_error(CLI_FAIL, cmd, "out of memory for %" PRId64 " experts of %" PRId64 "x%" PRId64, G, n, k);
     }
-    fill_codes(rng, qb, (int64_t)wbytes);
-    fill_scales(rng, sb, G * nb * kb, -8);
+    test_rng_fill_fp8(rng, qb, (int64_t)wbytes);
+    test_rng_fill_pow2(rng, sb, G * nb * kb, -8);
+    /* The experts as one grouped weight, on the device once for every cell. */
+    bfp8_grouped_weight *w = NULL;
+    bfp8_scales sb_desc;
+    bfp8_scales_init(&sb_desc, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, nb, kb, sb);
+    bfp8_status wst = bfp8_grouped_weight_create(qb, G, n, k, &sb_desc, &w);
+    if (wst == BFP8_OK) wst = moe_weight_prepare(d, o->device, NULL, w);
+    if (wst != BFP8_OK) {
+        bfp8_grouped_weight_free(w);
+        free(qb), free(sb);
+        return cli_lib_error(cmd, "grouped weight", wst);
+    }
     const bool cpu_base = o->device == BFP8_DEVICE_CPU && o->baseline && strcmp(o->baseline, "openblas") == 0;
     if (cpu_base) {
         int rc_load = cli_openblas_load(cmd);
         if (rc_load != CLI_OK) {
+            bfp8_grouped_weight_free(w);
             free(qb), free(sb);
             return rc_load;
         }
         cli_openblas_set_threads(bfp8_get_num_threads());
         w32 = malloc(sizeof(float) * wbytes + 1);
         if (!w32) {
+            bfp8_grouped_weight_free(w);
             free(qb), free(sb);
             return cli_error(CLI_FAIL, cmd, "out of memory for the baseline's fp32 weights (%.1f GB)", 4e-9 * (double)wbytes);
         }
@@ -226,8 +188,8 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
         c.counts = malloc(sizeof(int32_t) * (size_t)G);
         bfp8_status st = c.qa && c.sa && c.idx && c.counts ? BFP8_OK : BFP8_ERR_OUT_OF_MEMORY;
         if (st == BFP8_OK) {
-            fill_codes(rng, c.qa, c.rows * k);
-            fill_scales(rng, c.sa, c.rows * kb, -4);
+            test_rng_fill_fp8(rng, c.qa, c.rows * k);
+            test_rng_fill_pow2(rng, c.sa, c.rows * kb, -4);
             for (int64_t r = 0; r < c.m; r++) c.idx[r] = -1;
             for (int64_t e = 0; e < G; e++) {
                 c.counts[e] = (int32_t)c.tokens;
@@ -236,45 +198,20 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
             }
         }
         /* The grouped call, in the layouts of the backend that will run it. */
-        const bfp8_backend *be = NULL;
         if (st == BFP8_OK) {
-            bfp8_grouped_gemm_args probe = {.layout = o->layout, .groups = G, .m = c.m, .n = n, .k = k, .a = c.qa,
-                                            .b = qb, .m_indices = c.idx, .masked_m = c.counts, .expected_m = c.tokens,
-                                            .y = c.qa, .y_dtype = o->out_dtype, .device = o->device};
-            bfp8_scales_init(&probe.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, c.m, kb, c.sa);
-            bfp8_scales_init(&probe.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, nb, kb, sb);
-            bfp8_problem p;
-            bfp8_decision dec;
-            if ((st = bfp8_problem_from_grouped_gemm(&probe, &p)) == BFP8_OK) {
-                p.a_layouts = p.b_layouts = bfp8_scale_layouts_for(BFP8_SCALE_FP32);
-                if ((st = bfp8_dispatcher_select(d, &p, &dec)) == BFP8_OK) be = dec.backend;
-            }
-            if (st != BFP8_OK) {
+            const moe_call_spec spec = {.layout = o->layout, .m = c.m, .expected_m = c.tokens, .qa = c.qa, .sa = c.sa,
+                                        .m_indices = c.idx, .masked_m = c.counts, .y_dtype = o->out_dtype,
+                                        .device = o->device};
+            char why[BFP8_REASON_MAX];
+            st = moe_call_init(&c.call, d, w, &spec, why, sizeof why);
+            if (st == BFP8_ERR_UNSUPPORTED) {
                 printf("%-11s %-8s %4" PRId64 " %6" PRId64 "   n/a: %s\n", bfp8_grouped_layout_name(o->layout), layer,
-                       G, c.tokens, bfp8_last_error());
+                       G, c.tokens, why);
                 cell_free(&c);
                 continue;
             }
         }
-        c.g = (bfp8_grouped_gemm_args){.layout = o->layout, .groups = G, .m = c.m, .n = n, .k = k,
-                                       .expected_m = c.tokens, .y_dtype = o->out_dtype, .device = o->device};
-        if (st == BFP8_OK) {
-            const uint32_t fl = bfp8_scale_layouts_for(BFP8_SCALE_FP32);
-            bfp8_scale_layout a_layout = BFP8_LAYOUT_ROW_MAJOR, b_layout = BFP8_LAYOUT_ROW_MAJOR;
-            bfp8_problem lp = {.device = o->device, .scale_format = BFP8_SCALE_FP32, .a_layouts = fl, .b_layouts = fl};
-            if (bfp8_backend_layouts(be, &lp, &a_layout, &b_layout) != BFP8_OK) st = BFP8_ERR_UNSUPPORTED;
-            scales_for(&c, c.sa, masked ? G : 1, c.m, a_layout, &c.g.a_scales, &st);
-            scales_for(&c, sb, G, nb, b_layout, &c.g.b_scales, &st);
-            c.g.a = gb_put(&c, c.qa, (size_t)(c.rows * k), &st);
-            c.g.b = gb_put(&c, qb, wbytes, &st);
-            if (masked) c.g.masked_m = gb_put(&c, c.counts, sizeof(int32_t) * (size_t)G, &st);
-            else c.g.m_indices = gb_put(&c, c.idx, sizeof(int32_t) * (size_t)c.m, &st);
-            const size_t ybytes = (size_t)(c.rows * n) * bfp8_dtype_size(o->out_dtype);
-            void *yh = o->device == BFP8_DEVICE_CUDA ? NULL : malloc(ybytes + 1);
-            if (yh) c.dev[c.ndev++] = yh;
-            c.g.y = o->device == BFP8_DEVICE_CUDA ? gb_put(&c, NULL, ybytes, &st) : yh;
-            if (!c.g.y && st == BFP8_OK) st = BFP8_ERR_OUT_OF_MEMORY;
-        }
+        const bfp8_backend *be = c.call.backend;
         double us = 0, base_us = 0;
         gb_call call = {.d = d, .c = &c};
         if (st == BFP8_OK) {
@@ -299,8 +236,8 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
                 for (int64_t e = 0; e < G && st == BFP8_OK; e++) {
                     bfp8_gemm_args *a = &c.per_expert[e];
                     const int64_t r0 = expert_row0(&c, e);
-                    *a = (bfp8_gemm_args){.m = c.tokens, .n = n, .k = k, .a = c.g.a + r0 * k,
-                                          .b = c.g.b + e * n * k, .y_dtype = o->out_dtype, .device = o->device};
+                    *a = (bfp8_gemm_args){.m = c.tokens, .n = n, .k = k, .a = c.call.g.a + r0 * k,
+                                          .b = c.call.g.b + e * n * k, .y_dtype = o->out_dtype, .device = o->device};
                     /* Each expert's scales in cuBLASLt's layouts, its own output buffer. */
                     bfp8_scale_layout la = BFP8_LAYOUT_ROW_MAJOR, lb = BFP8_LAYOUT_ROW_MAJOR;
                     const bfp8_problem lp = {.device = o->device, .scale_format = BFP8_SCALE_FP32, .a_layouts = fl,
@@ -371,6 +308,7 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
         cell_free(&c);
         fflush(stdout);
     }
+    bfp8_grouped_weight_free(w);
     free(qb), free(sb), free(w32);
     return rc;
 }

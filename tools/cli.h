@@ -39,6 +39,8 @@ int cli_lib_error(const char *cmd, const char *what, bfp8_status st);
 
 /* Strict parsers: the whole string must parse; false on junk, overflow or out of range. */
 bool cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+/* A finite decimal number in [min, max]. */
+bool cli_parse_f64(const char *s, double min, double max, double *out);
 /* Comma-separated list of integers (e.g. "1,16,128"); at most `cap` values. */
 bool cli_parse_i64_list(const char *s, int64_t min, int64_t max, int64_t *out, int cap, int *count);
 

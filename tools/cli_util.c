@@ -88,6 +88,16 @@ bool cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out) {
     return true;
 }
 
+bool cli_parse_f64(const char *s, double min, double max, double *out) {
+    char *end;
+    if (!s || !*s) return false;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (errno != 0 || *end != '\0' || end == s || !isfinite(v) || v < min || v > max) return false;
+    *out = v;
+    return true;
+}
+
 bool cli_parse_i64_list(const char *s, int64_t min, int64_t max, int64_t *out, int cap, int *count) {
     char buf[1024];
     char *save = NULL, *tok;

@@ -1,9 +1,8 @@
 /* blockfp8 demo --moe: a DeepSeek-style mixture-of-experts layer from random weights. Tokens are routed to top_k of
- * G experts (a skewed routing, below), gathered into the grouped layout, and run through two grouped linear calls
+ * G experts (the skewed routing of tools/moe.h), gathered into the grouped layout, and run through two grouped linear calls
  * (gate_up fused, then down) with SiLU(gate) * up between them; the experts' outputs are combined per token. Each
  * grouped GEMM is checked against the reference backend on the same inputs and against the unquantized product. */
-#include "cli.h"
-#include "blockfp8_grouped.h"
+#include "moe.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,81 +33,8 @@ static const char usage[] =
 
 #define MOE_CALC_DIFF_LIMIT 1e-3
 
-typedef struct moe {
-    int64_t experts, top_k, tokens, hidden, inter;
-    bfp8_grouped_layout layout;
-    int64_t m, rows;             /* grouped m (rows, or max_m), and rows of the buffers */
-    int32_t *m_indices, *counts; /* contiguous: [m]; masked: [G] */
-    int64_t *slot;               /* [tokens][top_k]: the buffer row of each (token, choice) */
-    int32_t *choice;             /* [tokens][top_k] experts */
-    float *gate;                 /* [tokens][top_k] combine weights */
-} moe;
-
-/* Skewed routing: top_k distinct experts per token drawn with weights 1/(g+1). */
-static void route(moe *r, test_rng *rng) {
-    double total = 0;
-    for (int64_t g = 0; g < r->experts; g++) total += 1.0 / (double)(g + 1);
-    for (int64_t t = 0; t < r->tokens; t++) {
-        double wsum = 0;
-        for (int64_t j = 0; j < r->top_k; j++) {
-            int32_t e;
-            bool taken;
-            do {
-                double u = (double)(test_rng_u64(rng) >> 11) / 9007199254740992.0 * total, acc = 0;
-                e = (int32_t)r->experts - 1;
-                for (int64_t g = 0; g < r->experts; g++)
-                    if ((acc += 1.0 / (double)(g + 1)) > u) {
-                        e = (int32_t)g;
-                        break;
-                    }
-                taken = false;
-                for (int64_t i = 0; i < j; i++) taken |= r->choice[t * r->top_k + i] == e;
-            } while (taken);
-            r->choice[t * r->top_k + j] = e;
-            r->gate[t * r->top_k + j] = expf(test_rng_normal(rng, 1.0f));
-            wsum += r->gate[t * r->top_k + j];
-        }
-        for (int64_t j = 0; j < r->top_k; j++) r->gate[t * r->top_k + j] /= (float)wsum;
-    }
-}
-
-/* The grouped layout of the routed tokens: counts per expert, then each (token, choice) a buffer row. */
-static bool lay_out(moe *r) {
-    int64_t *count = calloc((size_t)r->experts, sizeof *count), *next = calloc((size_t)r->experts, sizeof *next);
-    if (!count || !next) return free(count), free(next), false;
-    for (int64_t i = 0; i < r->tokens * r->top_k; i++) count[r->choice[i]]++;
-    int64_t max_count = 0, rows = 0;
-    for (int64_t g = 0; g < r->experts; g++) {
-        if (count[g] > max_count) max_count = count[g];
-        next[g] = rows;
-        rows += cli_round_up(count[g], 128);
-    }
-    if (r->layout == BFP8_GROUPED_MASKED) {
-        r->m = cli_round_up(max_count > 0 ? max_count : 1, 128);
-        r->rows = r->experts * r->m;
-        for (int64_t g = 0; g < r->experts; g++) next[g] = g * r->m;
-    } else {
-        r->m = r->rows = rows;
-    }
-    r->m_indices = malloc(sizeof(int32_t) * (size_t)(r->m + 1));
-    r->counts = malloc(sizeof(int32_t) * (size_t)r->experts);
-    r->slot = malloc(sizeof(int64_t) * (size_t)(r->tokens * r->top_k));
-    bool ok = r->m_indices && r->counts && r->slot;
-    if (ok) {
-        for (int64_t i = 0; i < r->m; i++) r->m_indices[i] = -1;
-        for (int64_t g = 0; g < r->experts; g++) r->counts[g] = (int32_t)count[g];
-        for (int64_t i = 0; i < r->tokens * r->top_k; i++) {
-            const int32_t e = r->choice[i];
-            r->slot[i] = next[e]++;
-            if (r->layout == BFP8_GROUPED_CONTIGUOUS) r->m_indices[r->slot[i]] = e;
-        }
-    }
-    free(count), free(next);
-    return ok;
-}
-
 /* One grouped linear call on `device` (copies in and out when it is cuda), y in the output dtype. */
-static bfp8_status grouped_call(bfp8_dispatcher *d, const bfp8_grouped_weight *w, const moe *r, const void *x,
+static bfp8_status grouped_call(bfp8_dispatcher *d, const bfp8_grouped_weight *w, const moe_routing *r, const void *x,
                                 int64_t k, void *y, int64_t n, bfp8_device device) {
     const size_t x_bytes = (size_t)(r->rows * k) * 2, y_bytes = (size_t)(r->rows * n) * 2;
     bfp8_grouped_linear_args a = {.layout = r->layout, .x = x, .x_dtype = BFP8_DTYPE_BF16, .m = r->m,
@@ -141,7 +67,7 @@ typedef struct gemm_report {
     int64_t unwritten;
 } gemm_report;
 
-static gemm_report compare(const moe *r, const uint16_t *y, const uint16_t *y_ref, const float *x32, const float *w,
+static gemm_report compare(const moe_routing *r, const uint16_t *y, const uint16_t *y_ref, const float *x32, const float *w,
                            int64_t n, int64_t k) {
     double num = 0, den = 0, xy = 0, xx = 0, rxy = 0, rxx = 0;
     gemm_report rep = {0};
@@ -166,7 +92,9 @@ static gemm_report compare(const moe *r, const uint16_t *y, const uint16_t *y_re
 
 int cmd_demo_moe(int argc, char **argv) {
     const char *cmd = "demo";
-    moe r = {.experts = 8, .top_k = 2, .tokens = 32, .hidden = 1024, .inter = 512, .layout = BFP8_GROUPED_CONTIGUOUS};
+    /* The routing of tools/moe.h with weights 1/(g+1) (skew 1). */
+    moe_routing r = {.experts = 8, .top_k = 2, .tokens = 32, .skew = 1.0, .layout = BFP8_GROUPED_CONTIGUOUS};
+    int64_t hidden = 1024, inter = 512;
     int64_t seed_arg = 0;
     bool have_seed = false, stats = false;
     const char *device_arg = "auto";
@@ -186,9 +114,9 @@ int cmd_demo_moe(int argc, char **argv) {
         } else if (cli_opt(argc, argv, &i, "--tokens", &v)) {
             if ((rc = cli_want_i64(cmd, usage, "--tokens", v, 1, 1 << 16, &r.tokens))) return rc;
         } else if (cli_opt(argc, argv, &i, "--hidden", &v)) {
-            if ((rc = cli_want_i64(cmd, usage, "--hidden", v, 1, 1 << 16, &r.hidden))) return rc;
+            if ((rc = cli_want_i64(cmd, usage, "--hidden", v, 1, 1 << 16, &hidden))) return rc;
         } else if (cli_opt(argc, argv, &i, "--inter", &v)) {
-            if ((rc = cli_want_i64(cmd, usage, "--inter", v, 128, 1 << 16, &r.inter))) return rc;
+            if ((rc = cli_want_i64(cmd, usage, "--inter", v, 128, 1 << 16, &inter))) return rc;
         } else if (cli_opt(argc, argv, &i, "--layout", &v)) {
             if (!v || bfp8_grouped_layout_parse(v, &r.layout) != BFP8_OK || r.layout == BFP8_GROUPED_NONE)
                 return cli_usage_error(cmd, usage, "bad --layout '%s' (contiguous or masked)", v ? v : "");
@@ -204,9 +132,9 @@ int cmd_demo_moe(int argc, char **argv) {
             return cli_usage_error(cmd, usage, "unknown option '%s'", argv[i]);
         }
     }
-    if (r.inter % 128) return cli_usage_error(cmd, usage, "--inter %lld is not a multiple of 128", (long long)r.inter);
+    if (inter % 128) return cli_usage_error(cmd, usage, "--inter %lld is not a multiple of 128", (long long)inter);
     if (r.top_k > r.experts) return cli_usage_error(cmd, usage, "--top-k exceeds --experts");
-    if (r.experts * 2 * r.inter * r.hidden > ((int64_t)1 << 31))
+    if (r.experts * 2 * inter * hidden > ((int64_t)1 << 31))
         return cli_usage_error(cmd, usage, "experts x 2 x inter x hidden is too large for the demo");
     char no_gpu[BFP8_REASON_MAX] = "";
     const bool have_gpu = bfp8_cuda_available(no_gpu, sizeof no_gpu);
@@ -217,25 +145,22 @@ int cmd_demo_moe(int argc, char **argv) {
     test_rng rng;
     test_rng_init(&rng, seed);
 
-    const int64_t G = r.experts, H = r.hidden, I = r.inter, T = r.tokens;
+    const int64_t G = r.experts, H = hidden, I = inter, T = r.tokens;
     rc = CLI_FAIL;
     bfp8_dispatcher *ref_d = NULL;
     bfp8_grouped_weight *w_gu = NULL, *w_dn = NULL;
     float *wgu = malloc(sizeof(float) * (size_t)(G * 2 * I * H)), *wdn = malloc(sizeof(float) * (size_t)(G * H * I));
     uint16_t *tok = malloc(sizeof(uint16_t) * (size_t)(T * H));
-    r.choice = malloc(sizeof(int32_t) * (size_t)(T * r.top_k));
-    r.gate = malloc(sizeof(float) * (size_t)(T * r.top_k));
     uint16_t *x = NULL, *h = NULL, *gu = NULL, *gu_ref = NULL, *dn = NULL, *dn_ref = NULL;
     float *x32 = NULL, *h32 = NULL;
-    if (!wgu || !wdn || !tok || !r.choice || !r.gate) {
+    if (!wgu || !wdn || !tok) {
         cli_error(CLI_FAIL, cmd, "out of memory");
         goto done;
     }
     test_rng_fill_normal(&rng, wgu, BFP8_DTYPE_F32, G * 2 * I * H, (float)(1.0 / sqrt((double)H)));
     test_rng_fill_normal(&rng, wdn, BFP8_DTYPE_F32, G * H * I, (float)(1.0 / sqrt((double)I)));
     test_rng_fill_normal(&rng, tok, BFP8_DTYPE_BF16, T * H, 1.0f);
-    route(&r, &rng);
-    if (!lay_out(&r)) {
+    if (!moe_route(&r, &rng) || !moe_lay_out(&r)) {
         cli_error(CLI_FAIL, cmd, "out of memory");
         goto done;
     }
@@ -347,7 +272,8 @@ int cmd_demo_moe(int argc, char **argv) {
 done:
     bfp8_dispatcher_free(ref_d);
     bfp8_grouped_weight_free(w_gu), bfp8_grouped_weight_free(w_dn);
-    free(wgu), free(wdn), free(tok), free(r.choice), free(r.gate), free(r.m_indices), free(r.counts), free(r.slot);
+    free(wgu), free(wdn), free(tok);
+    moe_routing_free(&r);
     free(x), free(h), free(gu), free(gu_ref), free(dn), free(dn_ref), free(x32), free(h32);
     return rc;
 }

@@ -3,6 +3,7 @@
 
 #include "numerics.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -38,4 +39,18 @@ float test_rng_normal(test_rng *r, float stddev) {
 
 void test_rng_fill_normal(test_rng *r, void *p, bfp8_dtype dtype, int64_t n, float stddev) {
     for (int64_t i = 0; i < n; i++) test_store_f32(p, dtype, i, test_rng_normal(r, stddev));
+}
+
+void test_rng_fill_fp8(test_rng *r, uint8_t *q, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8) {
+        uint64_t bits = test_rng_u64(r);
+        for (int64_t j = i; j < n && j < i + 8; j++, bits >>= 8) {
+            const uint8_t c = (uint8_t)bits;
+            q[j] = (c & 0x7F) == 0x7F ? (uint8_t)(c ^ 0x01) : c;
+        }
+    }
+}
+
+void test_rng_fill_pow2(test_rng *r, float *s, int64_t n, int base) {
+    for (int64_t i = 0; i < n; i++) s[i] = ldexpf(1.0f, base - (int)(test_rng_u64(r) % 4));
 }

@@ -20,5 +20,10 @@ float test_rng_uniform(test_rng *r);
 float test_rng_normal(test_rng *r, float stddev);
 /* n elements of a float-typed (f32, bf16, f16) array filled with rounded test_rng_normal values. */
 void test_rng_fill_normal(test_rng *r, void *p, bfp8_dtype dtype, int64_t n, float stddev);
+/* n random finite E4M3 codes (a NaN code draws its neighbour instead), eight from each draw of the generator: what
+ * benchmarks fill weights and activations with when the values do not matter, only that they are not NaN. */
+void test_rng_fill_fp8(test_rng *r, uint8_t *q, int64_t n);
+/* n scales 2^(base - u), u uniform in {0, 1, 2, 3}: powers of two, so valid in the fp32 and the UE8M0 format. */
+void test_rng_fill_pow2(test_rng *r, float *s, int64_t n, int base);
 
 #endif
