@@ -64,6 +64,10 @@ variants() {
     for v in $hopper_variants; do
         echo "== $v"
         env $(echo "$v" | tr , ' ') timeout 300 build/tests/test_hopper || rc=1
+        # The grouped kernel takes only the tile-width knob.
+        case $v in BFP8_HOPPER_TILE=64|BFP8_HOPPER_TILE=128)
+            echo "== $v test_cuda_grouped"; env $v timeout 300 build/tests/test_cuda_grouped || rc=1 ;;
+        esac
     done
     return $rc
 }
@@ -81,6 +85,7 @@ sanitize() {
         echo "== memcheck test_cuda_grouped"; $cs memcheck build/tests/test_cuda_grouped || return 1
         echo "== memcheck test_cuda (small)"; BFP8_TEST_SMALL=1 $cs memcheck build/tests/test_cuda || return 1
         echo "== racecheck test_hopper --small"; $cs racecheck build/tests/test_hopper --small || return 1
+        echo "== racecheck test_cuda_grouped"; $cs racecheck build/tests/test_cuda_grouped || return 1
         return 0
     fi
     for tool in memcheck racecheck; do
@@ -142,13 +147,20 @@ step python python_cuda >"$out/python.log" 2>&1
 step cli sh tests/cli.sh build >"$out/cli.log" 2>&1
 
 # --- the grouped (MoE) GEMM against cuBLASLt called once per expert ---------------------------------------------------
-grouped() { # the cells of bench/data/moe-anchor-h200-2026-12-04.csv
+grouped() { # the cells of bench/data/moe-anchor-h200-2026-12-04.csv: auto's choice (hopper on sm_90), then
+             # cuda_generic on the G = 8 cells, each against cuBLASLt called once per expert in the same run
     local cell
     for cell in contiguous:8:128,512,2048 contiguous:32:128,512 contiguous:256:128 masked:8:16,64,256 \
                 masked:32:16,64,128; do
         IFS=: read -r layout experts tokens <<<"$cell"
         timeout 240 build/blockfp8 bench --grouped $layout --device cuda --experts $experts --tokens $tokens \
             --baseline cublaslt --iters 10 --warmup 2 --json "$out/grouped-$layout-$experts.json" || return 1
+    done
+    for cell in contiguous:8:128,512,2048 masked:8:16,64,256; do
+        IFS=: read -r layout experts tokens <<<"$cell"
+        timeout 240 build/blockfp8 bench --grouped $layout --device cuda --experts $experts --tokens $tokens \
+            --backend cuda_generic --baseline cublaslt --iters 10 --warmup 2 \
+            --json "$out/grouped-generic-$layout-$experts.json" || return 1
     done
 }
 step grouped grouped >"$out/grouped.log" 2>&1
