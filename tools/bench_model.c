@@ -21,33 +21,16 @@ static const char *USAGE =
     "  --compare      also run every layer on the fallback (cuda_generic on cuda, ref on cpu) and print the slowdown\n"
     "  --iters N      timed runs per layer (default 5; fewer when one run takes over a second)\n";
 
-typedef struct model_layer {
-    const char *name;
-    int64_t n, k;
-} model_layer;
+enum { MAX_BATCHES = 16 };
 
-/* DeepSeek-R1, no tensor parallelism: the dense-path layers of one step, in the order a token meets them. */
-static const model_layer DSR1_LAYERS[] = {
-    {"q_a+kv_a", 2112, 7168},     {"q_b", 24576, 1536},           {"kv_b", 32768, 512},
-    {"o_proj", 7168, 16384},      {"mlp.gate_up", 36864, 7168},   {"mlp.down", 7168, 18432},
-    {"shared.gate_up", 4096, 7168}, {"shared.down", 7168, 2048},
-};
-enum { NUM_LAYERS = sizeof DSR1_LAYERS / sizeof DSR1_LAYERS[0], MAX_BATCHES = 16 };
-
-/* Random FP8 codes (never the NaN codes) and random scales of the weight's format. */
+/* A random weight of the real shape (cli_random_fp8_weight), held by the library. */
 static bfp8_status random_weight(test_rng *rng, int64_t n, int64_t k, bfp8_scale_format format, bfp8_weight **out) {
     int64_t nb = (n + 127) / 128, kb = (k + 127) / 128;
     uint8_t *q = malloc((size_t)(n * k));
     float *s = malloc(sizeof(float) * (size_t)(nb * kb));
     bfp8_status st = BFP8_ERR_OUT_OF_MEMORY;
     if (q && s) {
-        for (int64_t i = 0; i < n * k; i++) {
-            uint8_t c = (uint8_t)(test_rng_u64(rng) >> 56);
-            q[i] = (c & 0x7F) == 0x7F ? (uint8_t)(c ^ 0x01) : c;
-        }
-        for (int64_t i = 0; i < nb * kb; i++)
-            s[i] = format == BFP8_SCALE_UE8M0 ? 1.0f / 4096.0f
-                                              : 1e-4f * (1.0f + (float)(test_rng_u64(rng) >> 40) / 16777216.0f);
+        cli_random_fp8_weight(rng, n, k, format, q, s);
         bfp8_scales desc;
         st = bfp8_scales_init(&desc, format, BFP8_LAYOUT_ROW_MAJOR, nb, kb, s);
         if (st == BFP8_OK) st = bfp8_weight_create(q, n, k, &desc, out);
@@ -202,15 +185,15 @@ int cmd_bench_model(int argc, char **argv) {
 
     test_rng rng;
     test_rng_init(&rng, seed ? (uint64_t)seed : test_seed_fresh());
-    bfp8_weight *weights[NUM_LAYERS] = {0};
+    bfp8_weight *weights[CLI_DSR1_LAYER_COUNT] = {0};
     int rc = CLI_OK;
-    fprintf(stderr, "bench: building %d random DeepSeek-R1 layers (%s scales) on %s...\n", NUM_LAYERS,
+    fprintf(stderr, "bench: building %d random DeepSeek-R1 layers (%s scales) on %s...\n", CLI_DSR1_LAYER_COUNT,
             bfp8_scale_format_name(format), bfp8_device_name(device));
-    for (int l = 0; l < NUM_LAYERS && rc == CLI_OK; l++) {
-        st = random_weight(&rng, DSR1_LAYERS[l].n, DSR1_LAYERS[l].k, format, &weights[l]);
+    for (int l = 0; l < CLI_DSR1_LAYER_COUNT && rc == CLI_OK; l++) {
+        st = random_weight(&rng, CLI_DSR1_LAYERS[l].n, CLI_DSR1_LAYERS[l].k, format, &weights[l]);
         if (st == BFP8_OK) st = bfp8_weight_prepare(weights[l], d_main, NULL);
         if (st == BFP8_OK && d_fallback) st = bfp8_weight_prepare(weights[l], d_fallback, NULL);
-        if (st != BFP8_OK) rc = cli_lib_error(cmd, DSR1_LAYERS[l].name, st);
+        if (st != BFP8_OK) rc = cli_lib_error(cmd, CLI_DSR1_LAYERS[l].name, st);
     }
 
     FILE *json = NULL;
@@ -227,9 +210,9 @@ int cmd_bench_model(int argc, char **argv) {
         printf("%-16s %6s %6s  %-14s %10s", "layer", "N", "K", "backend", "time us");
         if (compare) printf("  %-14s %10s %8s", "fallback", "time us", "slower");
         printf("\n");
-        for (int l = 0; l < NUM_LAYERS && rc == CLI_OK; l++) {
-            const model_layer *L = &DSR1_LAYERS[l];
-            fprintf(stderr, "\rbench: batch %" PRId64 " layer %d/%d %-16s", m, l + 1, NUM_LAYERS, L->name);
+        for (int l = 0; l < CLI_DSR1_LAYER_COUNT && rc == CLI_OK; l++) {
+            const cli_dsr1_layer *L = &CLI_DSR1_LAYERS[l];
+            fprintf(stderr, "\rbench: batch %" PRId64 " layer %d/%d %-16s", m, l + 1, CLI_DSR1_LAYER_COUNT, L->name);
             io_buffers io = {.device = device};
             st = io_alloc(&io, &rng, m, L->n, L->k);
             layer_run r = {.d = d_main, .w = weights[l],
@@ -292,7 +275,7 @@ int cmd_bench_model(int argc, char **argv) {
         fprintf(json, "\n]\n");
         if (fclose(json) != 0 && rc == CLI_OK) rc = cli_error(CLI_FAIL, cmd, "writing %s failed", json_path);
     }
-    for (int l = 0; l < NUM_LAYERS; l++) bfp8_weight_free(weights[l]);
+    for (int l = 0; l < CLI_DSR1_LAYER_COUNT; l++) bfp8_weight_free(weights[l]);
     bfp8_dispatcher_free(d_main);
     bfp8_dispatcher_free(d_fallback);
     return rc;

@@ -270,3 +270,14 @@ bfp8_status cli_time_median(bfp8_device device, int warmup, int iters, cli_l2_fl
     free(t);
     return st;
 }
+
+void cli_random_fp8_weight(test_rng *rng, int64_t n, int64_t k, bfp8_scale_format format, uint8_t *q, float *s) {
+    for (int64_t i = 0; i < n * k; i++) {
+        uint8_t c = (uint8_t)(test_rng_u64(rng) >> 56);
+        q[i] = (c & 0x7F) == 0x7F ? (uint8_t)(c ^ 0x01) : c;
+    }
+    int64_t blocks = ((n + 127) / 128) * ((k + 127) / 128);
+    for (int64_t i = 0; i < blocks; i++)
+        s[i] = format == BFP8_SCALE_UE8M0 ? 1.0f / 4096.0f
+                                          : 1e-4f * (1.0f + (float)(test_rng_u64(rng) >> 40) / 16777216.0f);
+}
