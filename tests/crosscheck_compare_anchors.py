@@ -49,14 +49,11 @@ def check_data():
     ms = [int(r["m"]) for r in rows_of("dsr1_m.csv")]
     check(len(shapes) == 8 and ms == [1, 16, 64, 128, 512, 4096], f"dsr1 data: {shapes} {ms}")
     nk = [(n, k) for _, n, k in shapes]
-    src = open(os.path.join(ROOT, "tools", "bench.c"), encoding="utf-8").read()
-    table = re.search(r"dsr1_shapes\[\]\[2\] = \{(.*?)\};", src, re.S)
-    check(table and [tuple(map(int, p)) for p in re.findall(r"\{(\d+), (\d+)\}", table.group(1))] == nk,
-          "tools/bench.c's dsr1_shapes differ from bench/data/dsr1_shapes.csv")
-    src = open(os.path.join(ROOT, "tools", "bench_model.c"), encoding="utf-8").read()
-    layers = re.findall(r'\{"([^"]+)", (\d+), (\d+)\}', src)
+    # The CLI's one table (bench --shapes dsr1, --model dsr1 and --tp read it).
+    src = open(os.path.join(ROOT, "tools", "dsr1_layers.c"), encoding="utf-8").read()
+    layers = re.findall(r'\{"([^"]+)", (\d+), (\d+), [A-Z0-9_]+\}', src)
     check([(name, int(n), int(k)) for name, n, k in layers] == shapes,
-          "tools/bench_model.c's layers differ from bench/data/dsr1_shapes.csv")
+          "tools/dsr1_layers.c's layers differ from bench/data/dsr1_shapes.csv")
     src = open(os.path.join(ROOT, "bench", "triton_baseline.py"), encoding="utf-8").read()
     check("dsr1_shapes.csv" in src, "bench/triton_baseline.py does not take its shapes from bench/data")
     grid = {(m, n, k) for m in ms for n, k in nk}
