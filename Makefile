@@ -228,6 +228,7 @@ $(BUILD)/tests/%: tests/%.c $(COMMON_OBJS) $(LIB_A) | check-deps
 	$(CC) $(CFLAGS_BASE) -Itests -Itools $(CPPFLAGS) $(CFLAGS) -o $@ $< $(filter %.o,$^) $(LIB_A) $(LDFLAGS_SAN) \
 	    $(LDFLAGS) $(LDLIBS_BASE)
 $(BUILD)/tests/test_cuda_timer: $(CLI_TIMER_OBJS)
+$(BUILD)/tests/test_bench_tp: $(BUILD)/obj/tools/bench_tp_calc.o $(BUILD)/obj/tools/dsr1_layers.o
 
 # Quantization throughput, scalar vs AVX2 (bench/RESULTS.md, "Vectorized quantization").
 $(BUILD)/quant_bench: bench/quant_bench.c $(LIB_A)

@@ -74,6 +74,19 @@ bfp8_status bfp8_weight_load_shard(const bfp8_safetensors *f, const char *name, 
 bfp8_status bfp8_tp_linear_local(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_shard *shard,
                                  const bfp8_linear_args *args);
 
+/* What the collective of bfp8_tp_linear moves for m rows (the bench's bytes and the Python layer's buffers come from
+ * here, so they cannot drift from the library's). */
+typedef struct bfp8_tp_traffic {
+    int64_t count;    /* elements each rank hands to the collective: column, its section of the all-gather (m rows of
+                         the widest local output, so that every rank sends as many); row, the whole partial [m, n] */
+    bfp8_dtype dtype; /* their type: y's for column, f32 for row (partials are summed in fp32) */
+    int64_t bytes;    /* the collective's buffer, what nccl-tests calls its size: ranks * count elements gathered,
+                         or the count elements reduced */
+} bfp8_tp_traffic;
+
+/* The traffic of one call of bfp8_tp_linear on m rows with output dtype y_dtype (f32, bf16 or f16). Pure. */
+bfp8_status bfp8_tp_traffic_get(const bfp8_shard *shard, int64_t m, bfp8_dtype y_dtype, bfp8_tp_traffic *out);
+
 /* The whole tensor-parallel layer on a CUDA device: the local GEMM through the dispatcher, then the NCCL
  * all-gather (column) or all-reduce (row) on args->stream, all stream-ordered (CUDA-graph capturable; no host
  * sync). args->x as for bfp8_tp_linear_local; args->y is the whole y [m, n] on every rank. `nccl_comm` is the

@@ -48,8 +48,8 @@ bfp8_status bfp8_shard_plan(int64_t n, int64_t k, bfp8_tp_mode mode, int ranks, 
         return bfp8_fail(BFP8_ERR_UNSUPPORTED,
                          "shard: %s-parallel over %d ranks gives slices of %" PRId64 " %s of %s=%" PRId64
                          ", not a multiple of the 128-wide scale blocks (rank 1 would start inside block %" PRId64
-                         "); ask for shared blocks (BFP8_SHARD_SHARE_BLOCKS, CLI --share-blocks) to pad each slice "
-                         "and hold the block it shares with its neighbour",
+                         "); ask for shared blocks (BFP8_SHARD_SHARE_BLOCKS; CLI --share-blocks; Python "
+                         "share_blocks=True) to pad each slice and hold the block it shares with its neighbour",
                          bfp8_tp_mode_name(mode), ranks, slice, unit, dim_name, dim, slice / BFP8_BLOCK);
     bfp8_shard s = {.mode = mode, .rank = rank, .ranks = ranks, .n = n, .k = k};
     s.begin = (int64_t)rank * slice;
@@ -132,6 +132,24 @@ bfp8_status bfp8_weight_load_shard(const bfp8_safetensors *f, const char *name, 
     if (st == BFP8_OK) st = bfp8_weight_shard(q, &scales, shard_out, out);
     free(owned);
     return st;
+}
+
+bfp8_status bfp8_tp_traffic_get(const bfp8_shard *shard, int64_t m, bfp8_dtype y_dtype, bfp8_tp_traffic *out) {
+    BFP8_CHECK_ARG(out, "tp_traffic: out is NULL");
+    BFP8_TRY(check_shard(shard));
+    const bfp8_shard *s = shard;
+    BFP8_CHECK_ARG(bfp8_is_float_dtype(y_dtype), "tp_traffic: output dtype %s is not f32, bf16 or f16",
+                   bfp8_dtype_name(y_dtype));
+    bfp8_dtype dt = s->mode == BFP8_TP_COLUMN ? y_dtype : BFP8_DTYPE_F32;
+    /* Column: a rank's local output is lead + slice wide, and lead < 128 can be non-zero only when the slice is not
+     * a whole number of blocks; the widest is slice + 127 then. */
+    int64_t slice = s->end - s->begin;
+    int64_t width = s->mode == BFP8_TP_COLUMN ? slice + (slice % BFP8_BLOCK ? BFP8_BLOCK - 1 : 0) : s->n;
+    int64_t gathered = s->mode == BFP8_TP_COLUMN ? s->ranks : 1;
+    size_t bytes;
+    BFP8_TRY(bfp8_check_matrix("tp_traffic: the collective's buffer", m, width * gathered, bfp8_dtype_size(dt), &bytes));
+    *out = (bfp8_tp_traffic){.count = m * width, .dtype = dt, .bytes = (int64_t)bytes};
+    return BFP8_OK;
 }
 
 /* x [m, slice] into the zeroed [m, lead + slice] buffer `padded` at column `lead` (host or device). */

@@ -739,5 +739,40 @@ has err "bad --moe-layout 'none' (auto, masked or contiguous)"
 expect 2 "$cli" bench --model llama
 has err "--model must be dsr1"
 
+# bench --tp: the plans and bytes without a GPU (--dry-run), usage errors, and the refusal where R GPUs or NCCL
+# are missing (exit 1, naming what is missing, nothing on stdout); a host with two GPUs and NCCL runs one small
+# cell of each split instead, whose check (TP vs the unsharded layer) must pass
+expect 0 "$cli" bench --tp 2 --help
+has out "usage: blockfp8 bench --tp R"
+expect 0 "$cli" bench --tp 2 --dry-run --m 16
+has out "mlp.gate_up     column      16  36864   7168  [18432, 7168]    all-gather        294912 bf16       1179648"
+has out "mlp.down        row         16   7168  18432  [7168, 9216]     all-reduce        114688 f32         458752"
+expect 0 "$cli" bench --tp 3 --layer all --m 1 --out-dtype fp32 --dry-run
+has out "kv_b            column  n/a: shard: column-parallel: N=32768 does not split evenly over 3 ranks"
+has out "q_b             column       1  24576   1536  [8192, 1536]     all-gather          8192 f32          98304"
+expect 0 "$cli" bench --tp 8 --layer mlp.down --m 4 --dry-run
+has out "[7168, 2304]"
+expect 2 "$cli" bench --tp 1
+has err "bad --tp '1'"
+expect 2 "$cli" bench --tp 9
+expect 2 "$cli" bench --tp 2 --layer q_a+kv_a
+has err "replicated"
+expect 2 "$cli" bench --tp 2 --layer mlp.up
+has err "'mlp.up' is not a DeepSeek-R1 layer"
+expect 2 "$cli" bench --tp 2 --m 0
+expect 2 "$cli" bench --tp 2 --l2 warm
+expect 2 "$cli" bench --tp 2 --iters 0
+"$cli" bench --tp 2 --m 1,5 --iters 2 --warmup 1 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if grep -qF "needs 2 CUDA GPUs" "$tmp/err"; then
+    if [ "$rc" -eq 1 ]; then pass; else fail "bench --tp 2 refused with exit $rc (want 1)"; fi
+    has err "blockfp8 bench: --tp 2 needs 2 CUDA GPUs in this host and NCCL (libnccl.so.2); missing: "
+    empty out
+else
+    if [ "$rc" -eq 0 ]; then pass; else fail "bench --tp 2 on this host: exit $rc"; fi
+    has out "mlp.down        row          5"
+    lacks out "FAIL"
+fi
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -49,15 +49,14 @@ def check_data():
     ms = [int(r["m"]) for r in rows_of("dsr1_m.csv")]
     check(len(shapes) == 8 and ms == [1, 16, 64, 128, 512, 4096], f"dsr1 data: {shapes} {ms}")
     nk = [(n, k) for _, n, k in shapes]
-    src = open(os.path.join(ROOT, "tools", "bench.c"), encoding="utf-8").read()
-    table = re.search(r"dsr1_shapes\[\]\[2\] = \{(.*?)\};", src, re.S)
-    check(table and [tuple(map(int, p)) for p in re.findall(r"\{(\d+), (\d+)\}", table.group(1))] == nk,
-          "tools/bench.c's dsr1_shapes differ from bench/data/dsr1_shapes.csv")
+    # The CLI's one table of the dense layers (bench --shapes dsr1, --model dsr1 and --tp read it).
+    src = open(os.path.join(ROOT, "tools", "dsr1_layers.c"), encoding="utf-8").read()
+    layers = re.findall(r'\{"([^"]+)", (\d+), (\d+), [A-Z0-9_]+\}', src)
+    check([(name, int(n), int(k)) for name, n, k in layers] == shapes,
+          "tools/dsr1_layers.c's layers differ from bench/data/dsr1_shapes.csv")
     src = open(os.path.join(ROOT, "tools", "bench_model.c"), encoding="utf-8").read()
-    layers = re.findall(r'\{"([^"]+)", (PART_\w+), (\d+), (\d+)\}', src)
-    check([(name, int(n), int(k)) for name, part, n, k in layers if part != "PART_EXPERTS"] == shapes,
-          "tools/bench_model.c's dense layers differ from bench/data/dsr1_shapes.csv")
-    check([(int(n), int(k)) for _, part, n, k in layers if part == "PART_EXPERTS"] == [(4096, 7168), (7168, 2048)],
+    experts = re.findall(r'\{"(experts\.[^"]+)", PART_EXPERTS, (\d+), (\d+)\}', src)
+    check([(int(n), int(k)) for _, n, k in experts] == [(4096, 7168), (7168, 2048)],
           "tools/bench_model.c's routed experts are not DeepSeek-R1's gate_up 4096x7168 and down 7168x2048")
     src = open(os.path.join(ROOT, "bench", "triton_baseline.py"), encoding="utf-8").read()
     check("dsr1_shapes.csv" in src, "bench/triton_baseline.py does not take its shapes from bench/data")

@@ -82,6 +82,31 @@ static void check_known_cuts(void) {
     CHECK_STATUS(bfp8_tp_mode_parse("rows", &mode), BFP8_ERR_INVALID_ARGUMENT);
 }
 
+/* What bfp8_tp_linear's collective moves: the counts every rank sends, their dtype and the buffer's bytes. */
+static void check_traffic(void) {
+    bfp8_shard s;
+    bfp8_tp_traffic t;
+    CHECK_OK(bfp8_shard_plan(36864, 7168, BFP8_TP_COLUMN, 2, 1, 0, &s)); /* gate_up at TP2: 18432 rows each */
+    CHECK_OK(bfp8_tp_traffic_get(&s, 16, BFP8_DTYPE_BF16, &t));
+    CHECK(t.count == 16 * 18432 && t.dtype == BFP8_DTYPE_BF16 && t.bytes == 2 * 16 * 18432 * 2,
+          "column TP2: count %" PRId64 " bytes %" PRId64, t.count, t.bytes);
+    CHECK_OK(bfp8_shard_plan(7168, 18432, BFP8_TP_ROW, 2, 0, 0, &s)); /* down at TP2: the fp32 partial [m, N] */
+    CHECK_OK(bfp8_tp_traffic_get(&s, 16, BFP8_DTYPE_BF16, &t));
+    CHECK(t.count == 16 * 7168 && t.dtype == BFP8_DTYPE_F32 && t.bytes == 16 * 7168 * 4,
+          "row TP2: count %" PRId64 " bytes %" PRId64, t.count, t.bytes);
+    /* Shared blocks: 2112 over 2 is 1056 rows (8.25 blocks); rank 1 has a lead of 32, and every rank sends the
+     * widest local output, 1056 + 127. */
+    CHECK_OK(bfp8_shard_plan(2112, 7168, BFP8_TP_COLUMN, 2, 0, BFP8_SHARD_SHARE_BLOCKS, &s));
+    CHECK_OK(bfp8_tp_traffic_get(&s, 3, BFP8_DTYPE_F32, &t));
+    CHECK(t.count == 3 * 1183 && t.bytes == 2 * 3 * 1183 * 4, "shared column: count %" PRId64, t.count);
+    CHECK_OK(bfp8_tp_traffic_get(&s, 0, BFP8_DTYPE_F16, &t));
+    CHECK(t.count == 0 && t.bytes == 0, "M=0 moves nothing");
+    CHECK_STATUS(bfp8_tp_traffic_get(&s, 3, BFP8_DTYPE_E4M3, &t), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_tp_traffic_get(&s, -1, BFP8_DTYPE_BF16, &t), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_tp_traffic_get(&s, 3, BFP8_DTYPE_BF16, NULL), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(bfp8_tp_traffic_get(NULL, 3, BFP8_DTYPE_BF16, &t), BFP8_ERR_INVALID_ARGUMENT);
+}
+
 typedef struct layer {
     int64_t m, n, k;
     bfp8_scale_format format;
@@ -165,6 +190,11 @@ static bool sharded(bfp8_dispatcher *d, const layer *L, bfp8_tp_mode mode, int r
             poison(yl, sizeof(uint16_t) * (size_t)(L->m * sh.n_local));
             a.x = L->x, a.y = yl, a.y_dtype = BFP8_DTYPE_BF16;
             CHECK_OK(bfp8_tp_linear_local(d, w, &sh, &a));
+            bfp8_tp_traffic t;
+            CHECK_OK(bfp8_tp_traffic_get(&sh, L->m, BFP8_DTYPE_BF16, &t));
+            CHECK(L->m * sh.n_local <= t.count && t.bytes == (int64_t)ranks * t.count * 2,
+                  "rank %d's local output (%" PRId64 " x %" PRId64 ") does not fit its section of %" PRId64, rank,
+                  L->m, sh.n_local, t.count);
             for (int64_t i = 0; i < L->m; i++) /* the all-gather: each rank's slice, past its lead */
                 for (int64_t j = 0; j < slice; j++) y[i * L->n + sh.begin + j] = bfp8_bf16_to_f32(yl[i * sh.n_local + sh.lead + j]);
             free(yl);
@@ -308,6 +338,7 @@ int main(void) {
     check_plans(576, 18432);
     check_plans(2112, 192);
     check_known_cuts();
+    check_traffic();
     bfp8_dispatcher *d = NULL;
     CHECK_OK(bfp8_dispatcher_create_default(&d));
     CHECK_OK(bfp8_dispatcher_set_policy(d, BFP8_POLICY_STRICT, "cpu"));

@@ -3,32 +3,19 @@
  * one GPU, the same at TP=1 through a one-rank communicator. Skips without a GPU or without NCCL. */
 #include "blockfp8_tp.h"
 #include "check.h"
+#include "common/nccl_dl.h"
 
-#include <dlfcn.h>
 #include <inttypes.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if !defined(BFP8_WITH_CUDA) || !__has_include(<nccl.h>)
+#ifndef TEST_HAVE_NCCL
 int main(void) {
     printf("test_tp_cuda: skipped (built without CUDA or without nccl.h)\n0 passed, 0 failed\n");
     return 0;
 }
 #else
-#include <nccl.h>
-
-static ncclResult_t (*get_unique_id)(ncclUniqueId *);
-static ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
-static ncclResult_t (*comm_destroy)(ncclComm_t);
-
-static bool load_nccl(void) {
-    void *h = dlopen("libnccl.so.2", RTLD_NOW);
-    if (!h) return false;
-    *(void **)&get_unique_id = dlsym(h, "ncclGetUniqueId");
-    *(void **)&comm_init_rank = dlsym(h, "ncclCommInitRank");
-    *(void **)&comm_destroy = dlsym(h, "ncclCommDestroy");
-    return get_unique_id && comm_init_rank && comm_destroy;
-}
+static const test_nccl *nccl;
 
 enum { M = 5, N = 2112, K = 7168 };
 
@@ -85,7 +72,7 @@ static int run_rank(int ranks, int rank, ncclUniqueId id, uint64_t seed) {
     cudaSetDevice(rank);
     make_layer(seed);
     ncclComm_t comm;
-    if (comm_init_rank(&comm, ranks, id, rank) != ncclSuccess) {
+    if (nccl->comm_init_rank(&comm, ranks, id, rank) != ncclSuccess) {
         fprintf(stderr, "rank %d: ncclCommInitRank failed\n", rank);
         return 1;
     }
@@ -107,7 +94,7 @@ static int run_rank(int ranks, int rank, ncclUniqueId id, uint64_t seed) {
             CHECK(sqrt(num / den) < 8e-3, "row TP=%d rank %d: rel %.3g vs unsharded", ranks, rank, sqrt(num / den));
         printf("rank %d: %s TP=%d rel vs unsharded %.3g\n", rank, bfp8_tp_mode_name(mode), ranks, sqrt(num / den));
     }
-    comm_destroy(comm);
+    nccl->comm_destroy(comm);
     return check_failed_;
 }
 
@@ -119,7 +106,7 @@ int main(int argc, char **argv) {
             sscanf(argv[3] + 2 * i, "%2x", &v);
             ((unsigned char *)&id)[i] = (unsigned char)v;
         }
-        if (!load_nccl()) return 1;
+        if (!(nccl = test_nccl_load(NULL, 0))) return 1;
         int failed = run_rank(2, atoi(argv[2]), id, strtoull(argv[4], NULL, 10));
         printf("rank %s: %d passed, %d failed\n", argv[2], check_passed_, failed);
         return failed ? 1 : 0;
@@ -130,15 +117,15 @@ int main(int argc, char **argv) {
         printf("test_tp_cuda: skipped (%s)\n0 passed, 0 failed\n", why);
         return 0;
     }
-    if (!load_nccl()) {
-        printf("test_tp_cuda: skipped (libnccl.so.2 not loadable)\n0 passed, 0 failed\n");
+    if (!(nccl = test_nccl_load(why, sizeof why))) {
+        printf("test_tp_cuda: skipped (%s)\n0 passed, 0 failed\n", why);
         return 0;
     }
     int gpus = 0;
     cudaGetDeviceCount(&gpus);
     int ranks = gpus >= 2 ? 2 : 1;
     ncclUniqueId id;
-    get_unique_id(&id);
+    nccl->get_unique_id(&id);
     if (ranks == 1) {
         run_rank(1, 0, id, seed);
         return TEST_SUMMARY("test_tp_cuda (TP=1, one GPU)");

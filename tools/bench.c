@@ -20,6 +20,7 @@ static const char USAGE[] =
     "                      [--json FILE] [--iters N] [--warmup N] [--threads N] [--seed S] [--l2 clean|dirty|keep]\n"
     "       blockfp8 bench --model dsr1 ...   (the whole-model benchmark: blockfp8 bench --model dsr1 --help)\n"
     "       blockfp8 bench --grouped contiguous|masked ...   (the MoE expert layers: blockfp8 bench --grouped masked --help)\n"
+    "       blockfp8 bench --tp R ...   (DeepSeek-R1 layers tensor-parallel over R GPUs: blockfp8 bench --tp 2 --help)\n"
     "\n"
     "Times y = x @ W^T on random block-quantized operands: the median of --iters runs per cell after --warmup\n"
     "untimed runs. Each backend runs through the dispatcher with the strict policy, so a cell it cannot run is\n"
@@ -49,8 +50,6 @@ static const char USAGE[] =
 #define MAX_MS 32
 #define MAX_BACKENDS 16
 
-static const int64_t dsr1_shapes[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
-                                         {36864, 7168}, {7168, 18432}, {4096, 7168}, {7168, 2048}};
 
 typedef struct bench_opts {
     bfp8_device device;
@@ -115,8 +114,10 @@ static void json_record(json_out *j, const char *backend, int64_t m, int64_t n, 
 
 static int parse_shapes(const char *s, bench_opts *o) {
     if (strcmp(s, "dsr1") == 0) {
-        o->nshapes = (int)(sizeof dsr1_shapes / sizeof dsr1_shapes[0]);
-        memcpy(o->shapes, dsr1_shapes, sizeof dsr1_shapes);
+        for (o->nshapes = 0; o->nshapes < CLI_DSR1_LAYER_COUNT; o->nshapes++) {
+            o->shapes[o->nshapes][0] = CLI_DSR1_LAYERS[o->nshapes].n;
+            o->shapes[o->nshapes][1] = CLI_DSR1_LAYERS[o->nshapes].k;
+        }
         return CLI_OK;
     }
     o->nshapes = 0;
@@ -359,6 +360,7 @@ int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 || strncmp(argv[i], "--model=", 8) == 0) return cmd_bench_model(argc, argv);
+        if (strcmp(argv[i], "--tp") == 0 || strncmp(argv[i], "--tp=", 5) == 0) return cmd_bench_tp(argc, argv);
         if (strcmp(argv[i], "--grouped") == 0 || strncmp(argv[i], "--grouped=", 10) == 0)
             return cmd_bench_grouped(argc, argv);
     }

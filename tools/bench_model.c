@@ -62,15 +62,19 @@ typedef struct model_layer {
     int64_t n, k;
 } model_layer;
 
-/* DeepSeek-R1's GEMMs, in the order a token meets them (bench/data/dsr1_shapes.csv, and the routed experts). */
-static const model_layer DSR1_LAYERS[] = {
-    {"q_a+kv_a", PART_ATTENTION, 2112, 7168},      {"q_b", PART_ATTENTION, 24576, 1536},
-    {"kv_b", PART_ATTENTION, 32768, 512},          {"o_proj", PART_ATTENTION, 7168, 16384},
-    {"mlp.gate_up", PART_DENSE_MLP, 36864, 7168},  {"mlp.down", PART_DENSE_MLP, 7168, 18432},
-    {"shared.gate_up", PART_SHARED, 4096, 7168},   {"shared.down", PART_SHARED, 7168, 2048},
-    {"experts.gate_up", PART_EXPERTS, 4096, 7168}, {"experts.down", PART_EXPERTS, 7168, 2048},
-};
-enum { NUM_LAYERS = sizeof DSR1_LAYERS / sizeof DSR1_LAYERS[0], MAX_BATCHES = 16 };
+/* DeepSeek-R1's GEMMs, in the order a token meets them: the dense layers of CLI_DSR1_LAYERS (tools/dsr1_layers.c),
+ * then the routed experts. */
+enum { NUM_LAYERS = CLI_DSR1_LAYER_COUNT + 2, MAX_BATCHES = 16 };
+static const model_part DENSE_PART[CLI_DSR1_LAYER_COUNT] = {
+    PART_ATTENTION, PART_ATTENTION, PART_ATTENTION, PART_ATTENTION, PART_DENSE_MLP, PART_DENSE_MLP, PART_SHARED,
+    PART_SHARED};
+static const model_layer EXPERT_LAYERS[2] = {{"experts.gate_up", PART_EXPERTS, 4096, 7168},
+                                             {"experts.down", PART_EXPERTS, 7168, 2048}};
+static void model_layers(model_layer out[NUM_LAYERS]) {
+    for (int l = 0; l < CLI_DSR1_LAYER_COUNT; l++)
+        out[l] = (model_layer){CLI_DSR1_LAYERS[l].name, DENSE_PART[l], CLI_DSR1_LAYERS[l].n, CLI_DSR1_LAYERS[l].k};
+    out[CLI_DSR1_LAYER_COUNT] = EXPERT_LAYERS[0], out[CLI_DSR1_LAYER_COUNT + 1] = EXPERT_LAYERS[1];
+}
 /* Rows of each layer compared with ref: dense, the first, middle and last token; grouped, the last token of up to
  * this many experts spread over those with tokens (the first and the last among them included). */
 enum { CHECK_DENSE_ROWS = 3, CHECK_EXPERTS = 8 };
@@ -464,14 +468,16 @@ int cmd_bench_model(int argc, char **argv) {
     test_rng rng;
     test_rng_init(&rng, (uint64_t)o.seed);
     layer_weight weights[NUM_LAYERS] = {{0}};
+    model_layer layers[NUM_LAYERS];
+    model_layers(layers);
     int rc = CLI_OK;
     const double expert_gb = 1e-9 * (double)o.experts * (4096.0 * 7168 + 7168.0 * 2048);
     fprintf(stderr, "bench: building %d random DeepSeek-R1 layers (%s scales, %" PRId64 " routed experts: %.1f GB of "
             "FP8) on %s...\n", NUM_LAYERS, bfp8_scale_format_name(o.format), o.experts, expert_gb,
             bfp8_device_name(o.device));
     for (int l = 0; l < NUM_LAYERS && rc == CLI_OK; l++)
-        if ((st = make_weight(&o, &DSR1_LAYERS[l], &rng, rs.main, &weights[l])) != BFP8_OK)
-            rc = cli_lib_error(cmd, DSR1_LAYERS[l].name, st);
+        if ((st = make_weight(&o, &layers[l], &rng, rs.main, &weights[l])) != BFP8_OK)
+            rc = cli_lib_error(cmd, layers[l].name, st);
 
     FILE *json = NULL;
     if (rc == CLI_OK && json_path && !(json = fopen(json_path, "w")))
@@ -535,7 +541,7 @@ int cmd_bench_model(int argc, char **argv) {
         const char *bad = NULL;
         double bad_err = 0;
         for (int l = 0; l < NUM_LAYERS && rc == CLI_OK; l++) {
-            const model_layer *L = &DSR1_LAYERS[l];
+            const model_layer *L = &layers[l];
             fprintf(stderr, "\rbench: batch %" PRId64 " layer %d/%d %-16s", m, l + 1, NUM_LAYERS, L->name);
             layer_result res = {0};
             char why[BFP8_REASON_MAX] = "";

@@ -13,7 +13,7 @@ static const char usage[] =
     "  quantize  quantize tensors of a safetensors file (activations 1x128, weights 128x128)\n"
     "  linear    y = x @ W^T (+ bias) from a DeepSeek-format weight file and an input file\n"
     "  check     every backend against the reference on fresh random problems\n"
-    "  bench     time backends on the DeepSeek-R1 shapes (bench --grouped: the MoE expert layers)\n"
+    "  bench     time backends on the DeepSeek-R1 shapes (--grouped: the MoE expert layers; --tp R: over R GPUs)\n"
     "  shard     each rank's slice of a tensor-parallel weight, or why it cannot be sharded\n"
     "\n"
     "options: --help, --version\n"

@@ -3,6 +3,7 @@
 #define BFP8_CLI_H
 
 #include "blockfp8_backend.h" /* the CLI reads backends' names and caps */
+#include "blockfp8_tp.h"
 #include "common/devbuf.h"
 #include "common/numerics.h" /* tests/common: the tolerance table and error metrics the tests use */
 #include "common/rng.h"
@@ -100,6 +101,16 @@ void cli_openblas_set_threads(int n);
 const char *cli_openblas_core(void);
 void cli_openblas_settle(void);
 
+/* DeepSeek-R1's dense-path linear layers (tools/dsr1_layers.c) and the tensor-parallel split engines give each. */
+enum { CLI_DSR1_LAYER_COUNT = 8, CLI_TP_REPLICATED = -1 /* not split: every rank holds the whole weight */ };
+typedef struct cli_dsr1_layer {
+    const char *name;
+    int64_t n, k;
+    int tp_mode; /* a bfp8_tp_mode, or CLI_TP_REPLICATED */
+} cli_dsr1_layer;
+extern const cli_dsr1_layer CLI_DSR1_LAYERS[CLI_DSR1_LAYER_COUNT];
+
+
 /* Subcommands: each takes argc/argv starting at its own name and returns an exit status. */
 int cmd_demo(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
@@ -118,5 +129,7 @@ int cmd_demo_moe(int argc, char **argv);
 int cmd_bench_grouped(int argc, char **argv);
 /* `bench --model dsr1` (tools/bench_model.c); cmd_bench hands over when it sees --model. */
 int cmd_bench_model(int argc, char **argv);
+/* `bench --tp R` (tools/bench_tp.c): DeepSeek-R1 layers tensor-parallel over R GPUs; cmd_bench hands over. */
+int cmd_bench_tp(int argc, char **argv);
 
 #endif

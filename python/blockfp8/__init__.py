@@ -44,13 +44,14 @@ if _torch is not None:
     from . import _torch_path as _T
 
 from .linear import Linear  # noqa: E402  (after the torch path: Linear registers with it)
+from . import tp  # noqa: E402  (tensor parallelism: blockfp8.tp, after Linear, which it builds on)
 
 __all__ = [
     "per_token_group_quant_fp8", "per_block_quant_fp8", "w8a8_block_fp8_matmul", "apply_w8a8_block_fp8_linear",
     "fp8_gemm_nt", "Linear", "explain", "Explanation", "stats", "reset_stats", "policy", "set_policy", "get_policy",
     "backends", "unavailable_backends", "cuda_available", "set_num_threads", "get_num_threads", "FallbackWarning",
     "Error", "InvalidArgumentError", "UnsupportedError", "NotFoundError", "OutOfMemoryError", "FileError",
-    "FormatError", "DeviceError", "BLOCK", "__version__",
+    "FormatError", "DeviceError", "BLOCK", "__version__", "tp",
 ]
 
 _BLOCK_PAIRS = ((BLOCK, BLOCK), [BLOCK, BLOCK])

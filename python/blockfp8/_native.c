@@ -16,6 +16,7 @@
 
 #include "blockfp8.h"
 #include "blockfp8_backend.h"
+#include "blockfp8_tp.h"
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Errors: one exception class per status, all under blockfp8.Error (a RuntimeError).
@@ -563,6 +564,143 @@ static PyObject *py_linear(PyObject *self, PyObject *const *args, Py_ssize_t nar
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
+ * Tensor parallelism (include/blockfp8_tp.h). A shard crosses into Python as its plan's inputs (n, k, mode, ranks,
+ * rank, flags) and is planned again here, so no struct layout is copied; the plan goes back as a tuple.
+ * ------------------------------------------------------------------------------------------------------------- */
+/* args[0..5] = (n, k, mode, ranks, rank, flags) -> bfp8_shard_plan, or the exception carrying its refusal. */
+static int arg_shard(PyObject *const *args, bfp8_shard *s) {
+    int64_t n, k;
+    int mode, ranks, rank, flags;
+    if (arg_i64(args[0], &n) || arg_i64(args[1], &k) || arg_int(args[2], &mode) || arg_int(args[3], &ranks) ||
+        arg_int(args[4], &rank) || arg_int(args[5], &flags))
+        return -1;
+    bfp8_status st = bfp8_shard_plan(n, k, (bfp8_tp_mode)mode, ranks, rank, (unsigned)flags, s);
+    if (st != BFP8_OK) {
+        raise_status(st, "cannot shard");
+        return -1;
+    }
+    return 0;
+}
+
+/* (n, k, begin, end, lead, block_begin, n_local, k_local) */
+static PyObject *plan_tuple(const bfp8_shard *s) {
+    return Py_BuildValue("(LLLLLLLL)", (long long)s->n, (long long)s->k, (long long)s->begin, (long long)s->end,
+                         (long long)s->lead, (long long)s->block_begin, (long long)s->n_local, (long long)s->k_local);
+}
+
+/* tp_mode_parse(name) -> mode */
+static PyObject *py_tp_mode_parse(PyObject *self, PyObject *arg) {
+    const char *name;
+    if (arg_str(arg, &name)) return NULL;
+    bfp8_tp_mode mode;
+    bfp8_status st = bfp8_tp_mode_parse(name ? name : "None", &mode);
+    if (st != BFP8_OK) return raise_status(st, "tensor parallel");
+    return PyLong_FromLong((long)mode);
+}
+
+/* shard_plan(n, k, mode, ranks, rank, flags) -> plan */
+static PyObject *py_shard_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    bfp8_shard s;
+    if (want_args("shard_plan", nargs, 6) || arg_shard(args, &s)) return NULL;
+    return plan_tuple(&s);
+}
+
+/* weight_shard(n, k, mode, ranks, rank, flags, q, s, s_format, s_layout) -> (capsule, plan): the rank's local weight
+ * from the whole one, q [n, k] and its scales in host memory (bfp8_weight_shard reads only the slice). */
+static PyObject *py_weight_shard(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    bfp8_shard sh;
+    void *q, *s;
+    int fmt, layout;
+    if (want_args("weight_shard", nargs, 10) || arg_shard(args, &sh) || arg_ptr(args[6], &q) ||
+        arg_ptr(args[7], &s) || arg_int(args[8], &fmt) || arg_int(args[9], &layout))
+        return NULL;
+    bfp8_scales scales;
+    bfp8_weight *w = NULL;
+    bfp8_status st = bfp8_scales_init(&scales, (bfp8_scale_format)fmt, (bfp8_scale_layout)layout,
+                                      ceil_div(sh.n, BFP8_BLOCK), ceil_div(sh.k, BFP8_BLOCK), s);
+    if (st == BFP8_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        st = bfp8_weight_shard(q, &scales, &sh, &w);
+        Py_END_ALLOW_THREADS
+    }
+    if (st != BFP8_OK) return raise_status(st, "cannot shard");
+    PyObject *c = weight_capsule(w);
+    return c ? Py_BuildValue("(NN)", c, plan_tuple(&sh)) : NULL;
+}
+
+/* weight_load_shard(path, name, mode, ranks, rank, flags) -> (capsule, plan): plans from the tensor's shape and reads
+ * only the rank's bytes of NAME and NAME_scale_inv. */
+static PyObject *py_weight_load_shard(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const char *path, *name;
+    int mode, ranks, rank, flags;
+    if (want_args("weight_load_shard", nargs, 6) || arg_str(args[0], &path) || arg_str(args[1], &name) ||
+        arg_int(args[2], &mode) || arg_int(args[3], &ranks) || arg_int(args[4], &rank) || arg_int(args[5], &flags))
+        return NULL;
+    if (!path || !name) {
+        PyErr_SetString(PyExc_TypeError, "weight_load_shard: path and name are required");
+        return NULL;
+    }
+    bfp8_safetensors *f = NULL;
+    bfp8_weight *w = NULL;
+    bfp8_shard sh;
+    bfp8_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = bfp8_safetensors_open(path, &f);
+    if (st == BFP8_OK)
+        st = bfp8_weight_load_shard(f, name, NULL, (bfp8_tp_mode)mode, ranks, rank, (unsigned)flags, &sh, &w);
+    bfp8_safetensors_close(f);
+    Py_END_ALLOW_THREADS
+    if (st != BFP8_OK) return raise_status(st, path);
+    PyObject *c = weight_capsule(w);
+    return c ? Py_BuildValue("(NN)", c, plan_tuple(&sh)) : NULL;
+}
+
+/* tp_traffic(n, k, mode, ranks, rank, flags, m, y_dtype) -> (count, dtype, bytes): what the collective moves. */
+static PyObject *py_tp_traffic(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    bfp8_shard sh;
+    int64_t m;
+    int y_dtype;
+    if (want_args("tp_traffic", nargs, 8) || arg_shard(args, &sh) || arg_i64(args[6], &m) ||
+        arg_int(args[7], &y_dtype))
+        return NULL;
+    bfp8_tp_traffic t;
+    bfp8_status st = bfp8_tp_traffic_get(&sh, m, (bfp8_dtype)y_dtype, &t);
+    if (st != BFP8_OK) return raise_status(st, "tensor parallel");
+    return Py_BuildValue("(LiL)", (long long)t.count, (int)t.dtype, (long long)t.bytes);
+}
+
+/* tp_linear(n, k, mode, ranks, rank, flags, capsule, x, x_dtype, m, bias, bias_dtype, y, y_dtype, device, stream,
+ *           nccl_comm) -> fallback count. nccl_comm None: bfp8_tp_linear_local (the rank's share, no
+ *           communication); an address: bfp8_tp_linear on that ncclComm_t. */
+static PyObject *py_tp_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    bfp8_shard sh;
+    void *x, *bias, *y, *stream, *comm;
+    int64_t m;
+    int x_dtype, bias_dtype, y_dtype, device;
+    if (want_args("tp_linear", nargs, 17) || arg_shard(args, &sh) || arg_ptr(args[7], &x) ||
+        arg_int(args[8], &x_dtype) || arg_i64(args[9], &m) || arg_ptr(args[10], &bias) ||
+        arg_int(args[11], &bias_dtype) || arg_ptr(args[12], &y) || arg_int(args[13], &y_dtype) ||
+        arg_int(args[14], &device) || arg_ptr(args[15], &stream) || arg_ptr(args[16], &comm))
+        return NULL;
+    bfp8_weight *w = arg_weight(args[6]);
+    if (!w) return NULL;
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    bfp8_linear_args la = {
+        .x = x, .x_dtype = (bfp8_dtype)x_dtype, .m = m,
+        .bias = bias, .bias_dtype = (bfp8_dtype)bias_dtype,
+        .y = y, .y_dtype = (bfp8_dtype)y_dtype,
+        .device = (bfp8_device)device, .stream = stream,
+    };
+    bfp8_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = comm ? bfp8_tp_linear(d, w, &sh, &la, comm) : bfp8_tp_linear_local(d, w, &sh, &la);
+    Py_END_ALLOW_THREADS
+    if (st != BFP8_OK) return raise_status(st, "tensor-parallel linear");
+    return fallback_count(d);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
  * Dispatch: policy, stats, explain
  * ------------------------------------------------------------------------------------------------------------- */
 static PyObject *py_set_policy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -757,6 +895,12 @@ static PyMethodDef methods[] = {
     {"weight_info", py_weight_info, METH_O, NULL},
     FAST(weight_read),
     FAST(linear),
+    {"tp_mode_parse", py_tp_mode_parse, METH_O, NULL},
+    FAST(shard_plan),
+    FAST(weight_shard),
+    FAST(weight_load_shard),
+    FAST(tp_traffic),
+    FAST(tp_linear),
     FAST(set_policy),
     {"fallback_count", py_fallback_count, METH_NOARGS, NULL},
     {"stats", py_stats, METH_NOARGS, NULL},
@@ -817,7 +961,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         add_int(m, "LAYOUT_PACKED_UE8M0", BFP8_LAYOUT_PACKED_UE8M0) || add_int(m, "LAYOUT_COUNT", BFP8_LAYOUT_COUNT) ||
         add_int(m, "DEVICE_CPU", BFP8_DEVICE_CPU) || add_int(m, "DEVICE_CUDA", BFP8_DEVICE_CUDA) ||
         add_int(m, "POLICY_AUTO", BFP8_POLICY_AUTO) || add_int(m, "POLICY_PREFER", BFP8_POLICY_PREFER) ||
-        add_int(m, "POLICY_STRICT", BFP8_POLICY_STRICT))
+        add_int(m, "POLICY_STRICT", BFP8_POLICY_STRICT) || add_int(m, "TP_COLUMN", BFP8_TP_COLUMN) ||
+        add_int(m, "TP_ROW", BFP8_TP_ROW) || add_int(m, "SHARD_SHARE_BLOCKS", BFP8_SHARD_SHARE_BLOCKS))
         goto fail;
     /* Names of the enums, from the library. */
     PyObject *names = Py_BuildValue("{s[ssss]s[ssss]s[ss]s[ss]}", "layouts",

@@ -62,19 +62,9 @@ class Linear:
         else:
             self.device = torch.device("cpu") if T is not None else "cpu"
             N.weight_prepare(native, _c.CPU)
-        self.bias_numpy = None  # the bias for numpy calls (bf16 as ml_dtypes.bfloat16, else its raw bits)
-        self.bias = None  # ... and as a torch tensor on the layer's device, where torch is
-        self._bias_enum = _c.F32
-        if bias is not None:
-            raw, e = (bias.raw, bias.dtype_enum) if isinstance(bias, _BiasBits) else _host_array(bias, "bias")
-            _c.check_bias(raw.shape, e, self.out_features)
-            raw = np.ascontiguousarray(raw)
-            self._bias_enum = e
-            self.bias_numpy = raw.view(_np.np_dtype(e)) if e != _c.BF16 or _c.ml_dtypes is not None else raw
-            if T is not None:
-                t = torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16) if e == _c.BF16 else \
-                    torch.from_numpy(raw)
-                self.bias = t.to(self.device)
+        # the bias for numpy calls (bf16 as ml_dtypes.bfloat16, else its raw bits), as a torch tensor on the layer's
+        # device where torch is, and its library dtype
+        self.bias_numpy, self.bias, self._bias_enum = bias_forms(bias, self.out_features, self.device)
         self.handle = next(_handles)
         if T is not None:
             T.LINEARS[self.handle] = self
@@ -89,33 +79,15 @@ class Linear:
         _c.need(isinstance(name, str) and name, "name must be the weight's tensor name", TypeError)
         _c.need(bias is None or isinstance(bias, str), "bias must be a tensor name of the same file", TypeError)
         native, extra = N.weight_load(os.fsdecode(path), name, bias)
-        bias_bits = None
-        if extra is not None:
-            dtype, shape, data = extra
-            if dtype not in _c.FLOATS:
-                raise TypeError(f"bias '{bias}' must be F32, BF16 or F16")
-            bias_bits = _BiasBits(np.frombuffer(data, _RAW[dtype]).reshape(shape).copy(), dtype)
-        return cls(native, device, bias_bits)
+        return cls(native, device, None if extra is None else bias_bits(bias, *extra))
 
     @classmethod
     def from_tensors(cls, weight, weight_scale, bias=None, device=None):
         """From a quantized weight: weight [N, K] float8_e4m3fn (or uint8 codes), weight_scale float32
         [ceil(N/128), ceil(K/128)] in any layout its strides describe (or int32 packed UE8M0). Copied; device
         defaults to the weight's."""
-        q, qe = _host_array(weight, "weight")
-        n, k = _c.check_weight(q.shape, qe, None)
-        s_host, _ = _host_array(weight_scale, "weight_scale")
-        # The host copy is contiguous, so its layout is row-major (fp32) or the packed words' own order.
-        fmt = _c.check_scale_shape(s_host.shape, _c.dtype_enum(s_host.dtype), _c.ceil_div(n, _c.BLOCK),
-                                   _c.ceil_div(k, _c.BLOCK), "weight_scale")
-        if fmt == _c.UE8M0_SCALES:  # [rows, words] row-major -> the packed layout [words][ld]
-            rows, words = s_host.shape
-            buf = np.zeros((words, _c.round_up(rows, 4)), np.int32)
-            buf[:, :rows] = s_host.T
-            s_host, layout = buf, _c.PACKED
-        else:
-            layout = _c.ROW
-        native = N.weight_create(_np.ptr(q), n, k, _np.ptr(s_host), fmt, layout)
+        hw = HostWeight(weight, weight_scale)
+        native = N.weight_create(_np.ptr(hw.q), hw.n, hw.k, _np.ptr(hw.s), hw.fmt, hw.layout)
         return cls(native, cls._device_of(weight) if device is None else device, bias)
 
     @classmethod
@@ -202,6 +174,50 @@ class Linear:
     def __repr__(self):
         return (f"blockfp8.Linear(in_features={self.in_features}, out_features={self.out_features}, "
                 f"scale_format={self.scale_format!r}, device={str(self.device)!r}, bias={self.bias_numpy is not None})")
+
+
+class HostWeight:
+    """A quantized weight given as arrays or tensors, checked and in host memory for the library: q [n, k] E4M3
+    codes, s its scales (fmt, layout): row-major fp32, or the packed layout of int32 UE8M0 words."""
+
+    def __init__(self, weight, weight_scale):
+        self.q, qe = _host_array(weight, "weight")
+        self.n, self.k = _c.check_weight(self.q.shape, qe, None)
+        s_host, _ = _host_array(weight_scale, "weight_scale")
+        # The host copy is contiguous, so its layout is row-major (fp32) or the packed words' own order.
+        self.fmt = _c.check_scale_shape(s_host.shape, _c.dtype_enum(s_host.dtype), _c.ceil_div(self.n, _c.BLOCK),
+                                        _c.ceil_div(self.k, _c.BLOCK), "weight_scale")
+        if self.fmt == _c.UE8M0_SCALES:  # [rows, words] row-major -> the packed layout [words][ld]
+            rows, words = s_host.shape
+            buf = np.zeros((words, _c.round_up(rows, 4)), np.int32)
+            buf[:, :rows] = s_host.T
+            s_host, self.layout = buf, _c.PACKED
+        else:
+            self.layout = _c.ROW
+        self.s = s_host
+
+
+def bias_forms(bias, n, device):
+    """(numpy form, torch form on `device` or None without torch, library dtype) of a bias [n] given as an array, a
+    tensor or bits read from a file; (None, None, F32) for no bias."""
+    if bias is None:
+        return None, None, _c.F32
+    T, torch = _torch()
+    raw, e = (bias.raw, bias.dtype_enum) if isinstance(bias, _BiasBits) else _host_array(bias, "bias")
+    _c.check_bias(raw.shape, e, n)
+    raw = np.ascontiguousarray(raw)
+    as_numpy = raw.view(_np.np_dtype(e)) if e != _c.BF16 or _c.ml_dtypes is not None else raw
+    if T is None:
+        return as_numpy, None, e
+    t = torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16) if e == _c.BF16 else torch.from_numpy(raw)
+    return as_numpy, t.to(device), e
+
+
+def bias_bits(name, dtype, shape, data):
+    """A bias read from a file (a tensor's dtype, shape and bytes) as bits the layers take."""
+    if dtype not in _c.FLOATS:
+        raise TypeError(f"bias '{name}' must be F32, BF16 or F16")
+    return _BiasBits(np.frombuffer(data, _RAW[dtype]).reshape(shape).copy(), dtype)
 
 
 class _BiasBits:

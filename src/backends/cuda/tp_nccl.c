@@ -77,16 +77,18 @@ static bool nccl_dtype(bfp8_dtype dt, ncclDataType_t *out) {
     }
 }
 
-/* column: each rank writes its y_local into its section of a [ranks][m][width] buffer (width = the widest local
- * output, so that every rank sends the same count), the all-gather fills every section, and each section's slice
- * is copied (2-D, past its lead) into y. */
+/* column: each rank writes its y_local into its section of a [ranks][section] buffer (bfp8_tp_traffic_get: m rows
+ * of the widest local output, so that every rank sends the same count), the all-gather fills every section, and
+ * each section's slice is copied (2-D, past its lead) into y. */
 static bfp8_status tp_column(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_shard *s,
                              const bfp8_linear_args *a, ncclComm_t comm) {
     ncclDataType_t dt;
     if (!nccl_dtype(a->y_dtype, &dt)) return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, "tp_linear: output dtype %s", bfp8_dtype_name(a->y_dtype));
     size_t es = bfp8_dtype_size(a->y_dtype);
-    int64_t slice = s->end - s->begin, width = slice + (slice % BFP8_BLOCK ? BFP8_BLOCK - 1 : 0);
-    size_t section = (size_t)a->m * (size_t)width;
+    int64_t slice = s->end - s->begin;
+    bfp8_tp_traffic t;
+    BFP8_TRY(bfp8_tp_traffic_get(s, a->m, a->y_dtype, &t));
+    size_t section = (size_t)t.count;
     void *gathered = NULL;
     BFP8_TRY(bfp8_cuda_malloc_async(section * (size_t)s->ranks * es, &gathered, a->stream));
     bfp8_linear_args local = *a;
@@ -110,7 +112,9 @@ static bfp8_status tp_column(bfp8_dispatcher *d, const bfp8_weight *w, const bfp
 static bfp8_status tp_row(bfp8_dispatcher *d, const bfp8_weight *w, const bfp8_shard *s, const bfp8_linear_args *a,
                           ncclComm_t comm) {
     if (!bfp8_is_float_dtype(a->y_dtype)) return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, "tp_linear: output dtype %s", bfp8_dtype_name(a->y_dtype));
-    size_t count = (size_t)a->m * (size_t)s->n;
+    bfp8_tp_traffic t;
+    BFP8_TRY(bfp8_tp_traffic_get(s, a->m, a->y_dtype, &t));
+    size_t count = (size_t)t.count;
     float *partial = a->y_dtype == BFP8_DTYPE_F32 ? (float *)a->y : NULL;
     if (!partial) BFP8_TRY(bfp8_cuda_malloc_async(count * sizeof(float), (void **)&partial, a->stream));
     bfp8_linear_args local = *a;
