@@ -16,6 +16,7 @@
 
 #include "blockfp8.h"
 #include "blockfp8_backend.h"
+#include "blockfp8_grouped.h"
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Errors: one exception class per status, all under blockfp8.Error (a RuntimeError).
@@ -117,13 +118,6 @@ static bfp8_scale_layout first_layout(uint32_t set) {
     return BFP8_LAYOUT_ROW_MAJOR;
 }
 
-/* Activation scales: the 16-byte-aligned MN-major layout where the backend reads it (the TMA kernels), else the
- * first one it takes. */
-static bfp8_scale_layout act_layout(uint32_t set) {
-    if (set & BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED)) return BFP8_LAYOUT_MN_MAJOR_ALIGNED;
-    return first_layout(set);
-}
-
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -222,26 +216,30 @@ static PyObject *py_quantize_weight(PyObject *self, PyObject *const *args, Py_ss
  * GEMM
  *
  * A scale tensor from Python may satisfy several layouts at once (one row, one K block, rows a multiple of 4):
- * the caller passes the set its memory satisfies. Where the set has more than one layout, the dispatcher is asked
- * once with all of them on offer and the one its choice reads is used; bfp8_gemm then decides again on that
- * single layout, which keeps the same backend (its capability and priority do not depend on the other layouts).
+ * the caller passes the set its memory satisfies. Where a set has more than one layout, the dispatcher is asked
+ * once with all of them on offer and the layouts its choice reads are used (bfp8_backend_layouts); the call then
+ * decides again on those single layouts, which keeps the same backend (its capability and priority do not depend
+ * on the other layouts).
  * ------------------------------------------------------------------------------------------------------------- */
-static bool single_layout(uint32_t set) { return set && !(set & (set - 1)); }
+static bool several_layouts(uint32_t a_set, uint32_t b_set) { return (a_set & (a_set - 1)) || (b_set & (b_set - 1)); }
 
-static bfp8_status pick_layouts(bfp8_dispatcher *d, bfp8_gemm_args *g, uint32_t a_set, uint32_t b_set) {
-    if (single_layout(a_set) && single_layout(b_set)) return BFP8_OK;
+/* p: the problem the call poses with the scales' first layouts; sa and sb get the layouts the chosen backend reads.
+ * A failure here is the call's own (bfp8_gemm would fail the same way), with its message set. */
+static bfp8_status pick_layouts(bfp8_dispatcher *d, bfp8_problem *p, uint32_t a_set, uint32_t b_set,
+                                bfp8_scales *sa, bfp8_scales *sb) {
+    p->a_layouts = a_set;
+    p->b_layouts = b_set;
+    bfp8_decision dec;
+    bfp8_status st = bfp8_dispatcher_select(d, p, &dec);
+    if (st == BFP8_OK) st = bfp8_backend_layouts(dec.backend, p, &sa->layout, &sb->layout);
+    return st;
+}
+
+static bfp8_status pick_gemm_layouts(bfp8_dispatcher *d, bfp8_gemm_args *g, uint32_t a_set, uint32_t b_set) {
+    if (!several_layouts(a_set, b_set)) return BFP8_OK;
     bfp8_problem p;
     bfp8_status st = bfp8_problem_from_gemm(g, &p);
-    if (st != BFP8_OK) return st;
-    p.a_layouts = a_set;
-    p.b_layouts = b_set;
-    bfp8_decision dec;
-    st = bfp8_dispatcher_select(d, &p, &dec);
-    if (st != BFP8_OK) return st; /* bfp8_gemm would fail the same way; its message is set */
-    uint32_t a_use = dec.backend->caps.a_layouts & a_set, b_use = dec.backend->caps.b_layouts & b_set;
-    g->a_scales.layout = act_layout(a_use ? a_use : a_set);
-    g->b_scales.layout = first_layout(b_use ? b_use : b_set);
-    return BFP8_OK;
+    return st == BFP8_OK ? pick_layouts(d, &p, a_set, b_set, &g->a_scales, &g->b_scales) : st;
 }
 
 /* gemm(m, n, k, a, sa, a_format, a_layouts, b, sb, b_format, b_layouts, bias, bias_dtype, y, y_dtype, device,
@@ -272,7 +270,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                               ceil_div(n, BFP8_BLOCK), kblocks, sb);
     if (st == BFP8_OK) {
         Py_BEGIN_ALLOW_THREADS
-        st = pick_layouts(d, &g, (uint32_t)a_set, (uint32_t)b_set);
+        st = pick_gemm_layouts(d, &g, (uint32_t)a_set, (uint32_t)b_set);
         if (st == BFP8_OK) st = bfp8_gemm(d, &g);
         Py_END_ALLOW_THREADS
     }
@@ -286,7 +284,8 @@ static int64_t scratch_scale_offset(int64_t m, int64_t k) { return (m * k + 255)
 /* linear_dyn(x, x_dtype, m, k, scratch, scratch_bytes, n, b, sb, b_format, b_layouts, bias, bias_dtype, y,
  *            y_dtype, device, stream) -> fallback count
  * apply_w8a8_block_fp8_linear on raw tensors: x quantized in 1x128 groups (the weight's scale format) into the
- * caller's scratch, in the layout the chosen backend reads, then the dispatched GEMM. */
+ * scratch, in the layout the chosen backend reads, then the dispatched GEMM. The scratch is the caller's on CUDA
+ * (torch's allocator: stream-ordered, capturable); on the host scratch = None has the call allocate its own. */
 static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *x, *scratch, *b, *sb, *bias, *y, *stream;
     int64_t m, k, scratch_bytes, n, b_set;
@@ -305,6 +304,12 @@ static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     const int64_t kblocks = ceil_div(k, BFP8_BLOCK), s_off = scratch_scale_offset(m, k);
+    void *own = NULL;
+    if (!scratch && device == BFP8_DEVICE_CPU) { /* room for the largest layout, the aligned MN-major one */
+        scratch_bytes = s_off + (int64_t)bfp8_scales_bytes(BFP8_LAYOUT_MN_MAJOR_ALIGNED, m, kblocks);
+        scratch = own = malloc((size_t)scratch_bytes + 1);
+        if (!own) return PyErr_NoMemory();
+    }
     uint8_t *q = scratch;
     void *sa = scratch ? (uint8_t *)scratch + s_off : NULL;
     bfp8_gemm_args g = {
@@ -321,7 +326,7 @@ static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t
     bool short_scratch = false;
     if (st == BFP8_OK) {
         Py_BEGIN_ALLOW_THREADS
-        st = pick_layouts(d, &g, a_set, (uint32_t)b_set);
+        st = pick_gemm_layouts(d, &g, a_set, (uint32_t)b_set);
         short_scratch = st == BFP8_OK && m > 0 && kblocks > 0 &&
                         s_off + (int64_t)bfp8_scales_bytes(g.a_scales.layout, m, kblocks) > scratch_bytes;
         if (st == BFP8_OK && !short_scratch) {
@@ -332,11 +337,59 @@ static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         Py_END_ALLOW_THREADS
     }
+    free(own);
     if (short_scratch) {
         PyErr_Format(PyExc_ValueError, "linear: scratch of %lld bytes is too small", (long long)scratch_bytes);
         return NULL;
     }
     if (st != BFP8_OK) return raise_status(st, "linear");
+    return fallback_count(d);
+}
+
+/* grouped_gemm(layout, groups, m, n, k, a, sa, a_format, a_layouts, row_map, expected_m, b, sb, b_format,
+ *              b_layouts, y, y_dtype, device, stream) -> fallback count
+ * bfp8_grouped_gemm: m is all rows (contiguous) or max_m (masked); row_map is m_indices (contiguous) or masked_m
+ * (masked), int32 in the data's memory; sa and sb describe one group's scale matrix (masked sa and every sb hold G
+ * of them back to back), with layout sets as for gemm. */
+static PyObject *py_grouped_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *a, *sa, *row_map, *b, *sb, *y, *stream;
+    int64_t groups, m, n, k, a_set, expected_m, b_set;
+    int layout, a_fmt, b_fmt, y_dtype, device;
+    if (want_args("grouped_gemm", nargs, 19) || arg_int(args[0], &layout) || arg_i64(args[1], &groups) ||
+        arg_i64(args[2], &m) || arg_i64(args[3], &n) || arg_i64(args[4], &k) || arg_ptr(args[5], &a) ||
+        arg_ptr(args[6], &sa) || arg_int(args[7], &a_fmt) || arg_i64(args[8], &a_set) ||
+        arg_ptr(args[9], &row_map) || arg_i64(args[10], &expected_m) || arg_ptr(args[11], &b) ||
+        arg_ptr(args[12], &sb) || arg_int(args[13], &b_fmt) || arg_i64(args[14], &b_set) ||
+        arg_ptr(args[15], &y) || arg_int(args[16], &y_dtype) || arg_int(args[17], &device) ||
+        arg_ptr(args[18], &stream))
+        return NULL;
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    const bool masked = layout == BFP8_GROUPED_MASKED;
+    const int64_t kblocks = ceil_div(k, BFP8_BLOCK);
+    bfp8_grouped_gemm_args g = {
+        .layout = (bfp8_grouped_layout)layout, .groups = groups, .m = m, .n = n, .k = k,
+        .a = a, .m_indices = masked ? NULL : row_map, .masked_m = masked ? row_map : NULL,
+        .expected_m = expected_m, .b = b,
+        .y = y, .y_dtype = (bfp8_dtype)y_dtype,
+        .device = (bfp8_device)device, .stream = stream,
+    };
+    bfp8_status st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)a_fmt, first_layout((uint32_t)a_set), m,
+                                      kblocks, sa);
+    if (st == BFP8_OK)
+        st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)b_fmt, first_layout((uint32_t)b_set),
+                              ceil_div(n, BFP8_BLOCK), kblocks, sb);
+    if (st == BFP8_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        if (several_layouts((uint32_t)a_set, (uint32_t)b_set)) {
+            bfp8_problem p;
+            st = bfp8_problem_from_grouped_gemm(&g, &p);
+            if (st == BFP8_OK) st = pick_layouts(d, &p, (uint32_t)a_set, (uint32_t)b_set, &g.a_scales, &g.b_scales);
+        }
+        if (st == BFP8_OK) st = bfp8_grouped_gemm(d, &g);
+        Py_END_ALLOW_THREADS
+    }
+    if (st != BFP8_OK) return raise_status(st, "grouped gemm");
     return fallback_count(d);
 }
 
@@ -749,6 +802,7 @@ static PyMethodDef methods[] = {
     FAST(quantize_weight),
     FAST(gemm),
     FAST(linear_dyn),
+    FAST(grouped_gemm),
     FAST(weight_create),
     FAST(weight_quantize),
     FAST(weight_load),
@@ -816,6 +870,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         add_int(m, "LAYOUT_MN_MAJOR_ALIGNED", BFP8_LAYOUT_MN_MAJOR_ALIGNED) ||
         add_int(m, "LAYOUT_PACKED_UE8M0", BFP8_LAYOUT_PACKED_UE8M0) || add_int(m, "LAYOUT_COUNT", BFP8_LAYOUT_COUNT) ||
         add_int(m, "DEVICE_CPU", BFP8_DEVICE_CPU) || add_int(m, "DEVICE_CUDA", BFP8_DEVICE_CUDA) ||
+        add_int(m, "GROUPED_CONTIGUOUS", BFP8_GROUPED_CONTIGUOUS) || add_int(m, "GROUPED_MASKED", BFP8_GROUPED_MASKED) ||
         add_int(m, "POLICY_AUTO", BFP8_POLICY_AUTO) || add_int(m, "POLICY_PREFER", BFP8_POLICY_PREFER) ||
         add_int(m, "POLICY_STRICT", BFP8_POLICY_STRICT))
         goto fail;

@@ -135,7 +135,7 @@ def test_non_contiguous_d_is_refused(rng, path):
 
 
 def test_ops_are_registered():
-    for name in ["quant_act", "quant_weight", "gemm", "gemm_out", "linear_dyn", "linear"]:
+    for name in ["quant_act", "quant_weight", "gemm", "gemm_out", "grouped_gemm", "linear_dyn", "linear"]:
         assert hasattr(torch.ops.blockfp8, name)
     # torch.library's check that the fake implementations agree with the real ones (its test_schema would
     # multiply fp8 tensors, which torch cannot do on the CPU).
