@@ -49,10 +49,11 @@ from .linear import Linear  # noqa: E402  (after the torch path: Linear register
 
 __all__ = [
     "per_token_group_quant_fp8", "per_block_quant_fp8", "w8a8_block_fp8_matmul", "apply_w8a8_block_fp8_linear",
-    "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "Linear", "explain", "Explanation", "stats", "reset_stats", "policy", "set_policy", "get_policy",
-    "backends", "unavailable_backends", "cuda_available", "set_num_threads", "get_num_threads", "FallbackWarning",
-    "Error", "InvalidArgumentError", "UnsupportedError", "NotFoundError", "OutOfMemoryError", "FileError",
-    "FormatError", "DeviceError", "BLOCK", "__version__",
+    "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "Linear", "explain",
+    "Explanation", "stats", "reset_stats", "policy", "set_policy", "get_policy", "backends", "unavailable_backends",
+    "cuda_available", "set_num_threads", "get_num_threads", "FallbackWarning", "Error", "InvalidArgumentError",
+    "UnsupportedError", "NotFoundError", "OutOfMemoryError", "FileError", "FormatError", "DeviceError", "BLOCK",
+    "__version__",
 ]
 
 _BLOCK_PAIRS = ((BLOCK, BLOCK), [BLOCK, BLOCK])
@@ -172,9 +173,15 @@ def apply_w8a8_block_fp8_linear(input, weight, block_size, weight_scale, input_s
     [ceil(N/128), ceil(K/128)] (int32 packed UE8M0 also accepted; then the activations take UE8M0 scales too);
     the output [..., N] has the input's dtype. input_scale must be None (the activations are quantized per call,
     as SGLang requires for block-FP8)."""
-    _c.need(input_scale is None, "input_scale must be None: block-FP8 activations are quantized in the call "
-            "(1x128 groups); there is no static input scale")
+    if input_scale is not None:
+        raise ValueError("input_scale must be None: block-FP8 activations are quantized in the call (1x128 groups); "
+                         "there is no static input scale")
     _block(block_size)
+    if _T is not None and _T.fast_lane():
+        done = _native.fast_linear_dyn(input, weight, weight_scale, bias)
+        if done is not None:
+            _c.note_fallbacks(done[1])
+            return done[0]
     if not _is_torch(input):
         return _np.linear_dyn(input, weight, weight_scale, bias)
     shape = input.shape
@@ -189,13 +196,9 @@ def apply_w8a8_block_fp8_linear(input, weight, block_size, weight_scale, input_s
 
 
 def _pair(p, what):
-    if type(p) not in _PAIR_TYPES or len(p) != 2:
-        if not isinstance(p, (tuple, list)) or len(p) != 2:
-            raise TypeError(f"{what} must be a pair (tensor, scales)")
+    if not isinstance(p, (tuple, list)) or len(p) != 2:
+        raise TypeError(f"{what} must be a pair (tensor, scales)")
     return p
-
-
-_PAIR_TYPES = (tuple, list)
 
 
 def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims=None, disable_ue8m0_cast=False):
@@ -204,20 +207,24 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims=None, disable_ue8m0_
     given (then d and c are float32, as in DeepGEMM; c may be d itself). d may be bfloat16, float16 or float32 and
     must be contiguous. recipe must be None or (1, 128, 128); compiled_dims and disable_ue8m0_cast are accepted
     and ignored (nothing is compiled per shape; scales are never cast)."""
+    if c is None and recipe is None and _T is not None and _T.fast_lane():
+        count = _native.fast_gemm_out(a, b, d)
+        if count is not None:
+            _c.note_fallbacks(count)
+            return None
     (a_, sfa), (b_, sfb) = _pair(a, "a"), _pair(b, "b")
     if recipe is not None:
         _c.check_recipe(recipe)
     if not _is_torch(a_):
-        m, k = _c.check_activation(a_.shape, _np.enum_of(a_, "a"), "a", fp8=True)
+        m, n, k = _np.gemm_operands(a_, b_)
         if a_.ndim != 2:
             raise ValueError(f"a must be 2-D [M, K], got shape {a_.shape}")
-        n, _ = _c.check_weight(b_.shape, _np.enum_of(b_, "b"), k, "b")
         out_e = _np.check_out(d, (m, n))
         if c is not None:
             _check_c(c, d)
             if _np_mod.shares_memory(c, d):
                 c = c.copy()
-        _np.gemm(a_, b_, sfa, sfb, None, out_e, d=d)
+        _np.gemm(a_, b_, sfa, sfb, None, out_e, d=d, operands=(m, n, k))
         if c is not None:
             _np_mod.add(d, c, out=d)
         return None
@@ -261,6 +268,11 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, com
 
 
 def _grouped(layout, a, b, d, row_map, expected_m, recipe):
+    if recipe is None and _T is not None and _T.fast_lane():
+        count = _native.fast_grouped(layout, a, b, d, row_map, expected_m)
+        if count is not None:
+            _c.note_fallbacks(count)
+            return
     (a_, sfa), (b_, sfb) = _pair(a, "a"), _pair(b, "b")
     if recipe is not None:
         _c.check_recipe(recipe)

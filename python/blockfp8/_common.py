@@ -214,42 +214,11 @@ def check_bias(shape, enum, n):
 # ---------------------------------------------------------------------------------------------------------------
 # Scale layouts from strides
 # ---------------------------------------------------------------------------------------------------------------
-def layouts_of(rows, cols, s0, s1, packed, avail, groups=1, sg=0):
-    """The set (BFP8_BIT bits) of library layouts that a [rows, cols] scale view with element strides (s0, s1)
-    satisfies, where `avail` elements from its first one belong to the tensor. cols is ceil(K/128) for fp32
-    scales and ceil(K/512) for packed words. A layout counts only if the whole footprint the library may read
-    (bfp8_scales_bytes) is available; a stride of a dimension of extent <= 1 is free. `groups` matrices sg elements
-    apart (grouped GEMM scales) count only where sg is the layout's footprint: the library finds matrix g g
-    footprints after the first."""
-    if rows == 0 or cols == 0:
-        return 1 << (PACKED if packed else ROW)
-    mn = rows <= 1 or s0 == 1
-    ld = (rows + 3) // 4 * 4
-    if packed:
-        foot = ld * cols
-        ok = mn and (cols <= 1 or s1 == ld) and avail >= groups * foot and (groups <= 1 or sg == foot)
-        return (1 << PACKED) if ok else 0
-    got = 0
-    foot = rows * cols
-    if avail >= groups * foot and (groups <= 1 or sg == foot):
-        if (rows <= 1 or s0 == cols) and (cols <= 1 or s1 == 1):
-            got = 1 << ROW
-        if mn and (cols <= 1 or s1 == rows):
-            got |= 1 << MN
-    foot = ld * cols
-    if mn and (cols <= 1 or s1 == ld) and avail >= groups * foot and (groups <= 1 or sg == foot):
-        got |= 1 << ALIGNED
-    return got
-
-
-def extent(shape, strides):
-    """Elements from the first to one past the last of a view with non-negative strides (0 if empty)."""
-    total = 1
-    for d, st in zip(shape, strides):
-        if d == 0:
-            return 0
-        total += (d - 1) * st
-    return total
+# The set (BFP8_BIT bits) of library layouts that [rows, cols] scale matrices with element strides (s0, s1) satisfy:
+# layouts_of(rows, cols, s0, s1, packed, avail[, groups, sg]), where `avail` elements from the first one belong to the
+# tensor and `groups` matrices lie sg elements apart. One rule for the numpy path, the torch path and the torch fast
+# lane: scale_layouts in _native.c says what counts.
+layouts_of = N.layouts_of
 
 
 def layout_storage_shape(layout, rows, kblocks):

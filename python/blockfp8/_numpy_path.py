@@ -8,7 +8,7 @@ from . import _native as N
 from ._common import (BF16, BLOCK, CPU, E4M3, F16, F32, FP32_SCALES, I32, MASKED, PACKED, ROW, UE8M0_SCALES,
                       act_layout_for, ceil_div, check_activation, check_bias, check_float, check_group_size,
                       check_grouped_operands, check_row_map, check_scale_shape, check_weight, dims, dtype_enum,
-                      extent, layout_storage_shape, layouts_of, ml_dtypes, need, note_fallbacks, round_up)
+                      layout_storage_shape, layouts_of, ml_dtypes, need, note_fallbacks, round_up)
 
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn) if ml_dtypes is not None else np.dtype(np.uint8)
 _NP = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), E4M3: FP8, I32: np.dtype(np.int32)}
@@ -26,8 +26,8 @@ def np_dtype(enum):
     return dt
 
 
-def ptr(a):
-    return a.__array_interface__["data"][0]
+# The address of an array's first element (the buffer protocol: __array_interface__ builds a dict per call).
+ptr = N.address
 
 
 def enum_of(a, what):
@@ -43,17 +43,16 @@ def contiguous(a):
     return np.ascontiguousarray(a)
 
 
-def _available(a):
+def _available(a, own):
     """Elements from a's first one that lie inside the memory a's base array covers (at least a's own extent)."""
-    item = a.itemsize
-    own = extent(a.shape, [s // item for s in a.strides])
     root = a
     while isinstance(root.base, np.ndarray):
         root = root.base
-    if root is not a:
-        end = _byte_bounds(root)[1]
-        own = max(own, (end - ptr(a)) // item)
-    return own
+    if root is a:
+        return own
+    start = ptr(root)  # a contiguous base covers [start, start + nbytes); numpy's byte_bounds is slower Python
+    end = start + root.nbytes if root.flags.c_contiguous or root.flags.f_contiguous else _byte_bounds(root)[1]
+    return max(own, (end - ptr(a)) // a.itemsize)
 
 
 def scale_arg(s, rows, kblocks, what, groups=None):
@@ -61,12 +60,16 @@ def scale_arg(s, rows, kblocks, what, groups=None):
     rows, ...] with groups: G matrices, which the library reads back to back)."""
     fmt = check_scale_shape(s.shape, enum_of(s, what), rows, kblocks, what, groups)
     packed = fmt == UE8M0_SCALES
-    cols = s.shape[-1]
-    item = s.itemsize
+    cols, item, st = s.shape[-1], s.itemsize, s.strides
     bits = 0
-    if all(st % item == 0 for st in s.strides):
-        st = [v // item for v in s.strides]
-        bits = layouts_of(rows, cols, st[-2], st[-1], packed, _available(s), groups or 1, st[0] if groups else 0)
+    if not (st[-2] % item or st[-1] % item or (groups and st[0] % item)):
+        s0, s1, sg = st[-2] // item, st[-1] // item, st[0] // item if groups else 0
+        avail = 0
+        if rows and cols:
+            avail = 1 + ((groups or 1) - 1) * sg + (rows - 1) * s0 + (cols - 1) * s1
+            if rows % 4 and (rows == 1 or s0 == 1):  # an aligned layout's padding lies beyond the view: is it there?
+                avail = _available(s, avail)
+        bits = layouts_of(rows, cols, s0, s1, packed, avail, groups or 1, sg)
     if not bits:  # strides no layout describes: a copy in one that does
         if packed:
             buf = np.zeros(s.shape[:-2] + (cols, round_up(rows, 4)), np.int32)
@@ -137,10 +140,17 @@ def _act_scales_2d(As, a_shape, m, what):
     return As.reshape(m, As.shape[-1])
 
 
-def gemm(A, B, As, Bs, bias, out_enum, d=None):
-    """C = A @ B^T block-scaled, into a new array of out_enum or into d."""
+def gemm_operands(A, B):
+    """(m, n, k) of valid A [..., K] and B [N, K], both fp8."""
     m, k = check_activation(A.shape, enum_of(A, "A"), "A", fp8=True)
     n, _ = check_weight(B.shape, enum_of(B, "B"), k, "B")
+    return m, n, k
+
+
+def gemm(A, B, As, Bs, bias, out_enum, d=None, operands=None):
+    """C = A @ B^T block-scaled, into a new array of out_enum or into d (operands: gemm_operands' result where the
+    caller has it)."""
+    m, n, k = operands or gemm_operands(A, B)
     kb = ceil_div(k, BLOCK)
     sa = scale_arg(_act_scales_2d(As, A.shape, m, "As"), m, kb, "As")
     sb = scale_arg(Bs, ceil_div(n, BLOCK), kb, "Bs")

@@ -6,7 +6,8 @@ Every operation is an op of the `blockfp8` torch.library namespace with a fake i
 torch.compile(fullgraph=True) traces callers and CUDA graphs capture them. The ops return contiguous tensors; the
 public functions (python/blockfp8/__init__.py) make the strided views engines expect (column-major scales) around
 them, in traceable torch code. In eager mode the public functions call the kernels directly, which skips the
-dispatcher but runs the very same code.
+dispatcher but runs the very same code; before that they offer the call to the fast lane of _native.c, which runs
+it when the tensors need nothing done to them and declines (None) otherwise.
 
 Tensor arguments of other layouts are copied into one the library reads (contiguous operands; scales whose strides
 match no library layout; on CUDA, operands at addresses that are not 16-byte aligned); outputs written in place
@@ -42,6 +43,14 @@ _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # BFP8_TORCH_OPS=1: eager calls go through torch.ops.blockfp8 too (the path compiled graphs take).
 _ALWAYS_OPS = os.environ.get("BFP8_TORCH_OPS", "") not in ("", "0")
+# The fast lane (_native.c): eager calls on plain tensors read and checked in C through torch's DLPack exchange API
+# (torch >= 2.10), the Python path below for everything else. False where torch has no such API.
+FAST_LANE = N.use_torch(Tensor, torch.nn.Parameter, getattr(Tensor, "__dlpack_c_exchange_api__", None), _get_device)
+
+
+def fast_lane():
+    """Whether a public function may offer its call to the fast lane (eager, not tracing)."""
+    return FAST_LANE and not (_ALWAYS_OPS or _is_compiling())
 
 
 def eager(*tensors):
@@ -443,12 +452,6 @@ def _linear_dyn_check(x, w, ws, bias):
     return m, n, k, d, xe, ws_fmt
 
 
-def scratch_size(m, k):
-    """Bytes of linear_dyn's activation scratch: the codes, then (from the next multiple of 256) the scales in the
-    largest layout, the 16-byte-aligned MN-major one."""
-    return round_up(m * k, 256) + round_up(m, 4) * ceil_div(k, BLOCK) * 4
-
-
 def _linear_dyn(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor]) -> Tensor:
     m, n, k, d, xe, ws_fmt = _linear_dyn_check(x, weight, weight_scale, bias)
     ws_keep, ws_ptr, ws_bits = _scale_arg(weight_scale, (n + BLOCK - 1) // BLOCK, ws_fmt, d, ROW)
@@ -460,7 +463,7 @@ def _linear_dyn(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[
     else:
         dev, stream = _stream(d)
         x, weight = _aligned(x), _aligned(weight)
-        nbytes = scratch_size(m, k)
+        nbytes = N.linear_scratch_bytes(m, k)
         scratch_keep = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
         scratch = scratch_keep.data_ptr()
     note_fallbacks(N.linear_dyn(x.data_ptr(), xe, m, k, scratch, nbytes, n, weight.data_ptr(), ws_ptr, ws_fmt, ws_bits,
