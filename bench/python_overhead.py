@@ -22,7 +22,9 @@ shape the process sees, then for a second new shape, against the steady-state ti
 Usage: python3 bench/python_overhead.py [--device cuda|cpu] [--m 1] [--shapes dsr1|NxK,...] [--experts 8]
                                         [--iters 200] [--json FILE] [--no-first]
 The figures of issue 29 (CPU tensors, tiny shapes so that the GEMM does not hide the overhead):
-  python3 bench/python_overhead.py --device cpu --shapes 128x128 --iters 3000 --no-first"""
+  python3 bench/python_overhead.py --device cpu --shapes 128x128 --iters 3000 --no-first
+The variants of a call take turns in blocks of consecutive calls, so that load from elsewhere moves them alike. The
+script also runs against an older tree's package (PYTHONPATH=OLD/python): an A/B of the binding on the same machine."""
 import argparse
 import json
 import statistics
@@ -40,18 +42,30 @@ def parse_shapes(text):
     return [tuple(int(v) for v in s.lower().split("x")) for s in text.split(",")]
 
 
-def host_times(fn, sync, iters, warmup=10):
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        t1 = time.perf_counter()
-        times.append((t1 - t0) * 1e6)
-        sync()
-    return statistics.median(times)
+def host_times(fns, sync, iters, warmup=10, rounds=10):
+    """The median host time in µs of each of fns (name -> callable) over iters calls, and the errors of those that
+    cannot run. The variants take turns in `rounds` blocks of consecutive calls: each block is a hot loop, as a
+    variant timed alone, and a change of load on a shared machine falls on every variant alike."""
+    times, errors = {}, {}
+    for name, fn in fns.items():
+        try:
+            fn()
+            times[name] = []
+        except Exception as e:  # a variant that cannot run here is reported, not fatal
+            errors[name] = f"{type(e).__name__}: {e}"
+    for r in range(rounds):
+        for name, samples in times.items():
+            fn = fns[name]
+            for _ in range(warmup):
+                fn()
+            sync()
+            for _ in range(iters * (r + 1) // rounds - iters * r // rounds):
+                t0 = time.perf_counter()
+                fn()
+                t1 = time.perf_counter()
+                samples.append((t1 - t0) * 1e6)
+                sync()
+    return {name: statistics.median(samples) for name, samples in times.items()}, errors
 
 
 def overhead(device, m, shapes, iters, experts):
@@ -60,6 +74,7 @@ def overhead(device, m, shapes, iters, experts):
 
     import blockfp8
     from blockfp8 import _native as N
+    from blockfp8 import _torch_path as T
 
     try:
         import deep_gemm
@@ -85,7 +100,13 @@ def overhead(device, m, shapes, iters, experts):
         q, s = blockfp8.per_token_group_quant_fp8(x, column_major_scales=True, scale_tma_aligned=True)
         d = torch.empty(m, n, dtype=torch.bfloat16, device=device)
         st = torch.cuda.current_stream().cuda_stream if device == "cuda" else None
-        scratch_bytes = N.linear_scratch_bytes(m, k) if device == "cuda" else 0
+        # The linear call's scratch as the tree's Python path passes it: torch's on CUDA, the call's own on the host
+        # (an older tree, run for an A/B, passes torch's everywhere).
+        own_host_scratch = hasattr(N, "linear_scratch_bytes")
+        if device == "cuda" or not own_host_scratch:
+            scratch_bytes = N.linear_scratch_bytes(m, k) if own_host_scratch else T.scratch_size(m, k)
+        else:
+            scratch_bytes = 0
         scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=device)
         y = torch.empty(m, n, dtype=torch.bfloat16, device=device)
         # The experts: G weights, the masked activations [G, M, K] and the contiguous ones [G * M, K], M per expert.
@@ -104,7 +125,7 @@ def overhead(device, m, shapes, iters, experts):
         p = {name: t.data_ptr() for name, t in dict(x=x, wq=wq, ws=ws, q=q, s=s, d=d, scratch=scratch, y=y, gq=gq,
                                                      gs=gs, mq=mq, ms=ms, counts=counts, dm=dm, cq=cq, cs=cs, idx=idx,
                                                      dc=dc).items()}
-        scratch_ptr = p["scratch"] if device == "cuda" else None
+        scratch_ptr = p["scratch"] if scratch_bytes else None
         cases = {
             "apply_w8a8_block_fp8_linear": {
                 "python": lambda: blockfp8.apply_w8a8_block_fp8_linear(x, wq, [128, 128], ws),
@@ -133,6 +154,8 @@ def overhead(device, m, shapes, iters, experts):
                                             dev, st),
             },
         }
+        if not hasattr(blockfp8, "m_grouped_fp8_gemm_nt_masked"):  # an older tree
+            del cases["m_grouped_fp8_gemm_nt_masked"], cases["m_grouped_fp8_gemm_nt_contiguous"]
         if host is not None:  # the same calls on numpy arrays (bf16 and fp8 through ml_dtypes where it is)
             xn = host(x)
             qn, sn, wqn, wsn = (host(t) for t in (q, s, wq, ws))
@@ -140,10 +163,11 @@ def overhead(device, m, shapes, iters, experts):
             cases["apply_w8a8_block_fp8_linear"]["numpy"] = \
                 lambda: blockfp8.apply_w8a8_block_fp8_linear(xn, wqn, [128, 128], wsn)
             cases["fp8_gemm_nt"]["numpy"] = lambda: blockfp8.fp8_gemm_nt((qn, sn), (wqn, wsn), dn)
+        if host is not None and "m_grouped_fp8_gemm_nt_masked" in cases:
             mqn, msn, gqn, gsn, cqn, csn = (host(t) for t in (mq, ms, gq, gs, cq, cs))
             countsn, idxn = counts.numpy(), idx.numpy()
-            dmn, dcn = host(torch.empty(experts, m, n, dtype=torch.bfloat16)), host(torch.empty(experts * m, n,
-                                                                                              dtype=torch.bfloat16))
+            dmn = host(torch.empty(experts, m, n, dtype=torch.bfloat16))
+            dcn = host(torch.empty(experts * m, n, dtype=torch.bfloat16))
             cases["m_grouped_fp8_gemm_nt_masked"]["numpy"] = \
                 lambda: blockfp8.m_grouped_fp8_gemm_nt_masked((mqn, msn), (gqn, gsn), dmn, countsn, m)
             cases["m_grouped_fp8_gemm_nt_contiguous"]["numpy"] = \
@@ -154,11 +178,9 @@ def overhead(device, m, shapes, iters, experts):
             result = {"function": fn_name, "m": m, "n": n, "k": k, "device": device}
             if fn_name.startswith("m_grouped"):
                 result["experts"] = experts
-            for variant, fn in variants.items():
-                try:
-                    result[variant + "_us"] = round(host_times(fn, sync, iters), 3)
-                except Exception as e:  # a variant that cannot run here is reported, not fatal
-                    result[variant + "_error"] = f"{type(e).__name__}: {e}"
+            medians, errors = host_times(variants, sync, iters)
+            result.update({variant + "_us": round(t, 3) for variant, t in medians.items()})
+            result.update({variant + "_error": e for variant, e in errors.items()})
             if "python_us" in result and "C_us" in result:
                 result["overhead_us"] = round(result["python_us"] - result["C_us"], 3)
             if "numpy_us" in result and "C_us" in result:

@@ -497,11 +497,11 @@ static PyObject *py_grouped_gemm(PyObject *self, PyObject *const *args, Py_ssize
  * The torch fast lane (issue 29): the eager calls on plain torch tensors, read here instead of in Python
  *
  * A torch call's host time is mostly reading tensor attributes in Python (~0.1 us each, some 25 a GEMM). torch
- * exports a C table, DLPack's exchange API (torch.Tensor.__dlpack_c_exchange_api__, torch >= 2.10), that fills a
- * DLTensor (address, device, dtype, shape, strides) without a Python call and gives the current CUDA stream and a
- * torch allocation. The fast_* functions take the public function's arguments, accept only calls that every check of
- * the Python path would accept (the same dtypes, shapes, devices, contiguity, alignment and scale layouts, by the
- * same scale_layouts) and run them; anything else (numpy arrays, subclasses and fake tensors, meta tensors,
+ * exports a C table, DLPack's exchange API (the capsule torch.Tensor.__dlpack_c_exchange_api__, DLPack 1.3), that
+ * fills a DLTensor (address, device, dtype, shape, strides) without a Python call and gives the current CUDA stream
+ * and a torch allocation. The fast_* functions take the public function's arguments, accept only calls that every
+ * check of the Python path would accept (the same dtypes, shapes, devices, contiguity, alignment and scale layouts,
+ * by the same scale_layouts) and run them; anything else (numpy arrays, subclasses and fake tensors, meta tensors,
  * arguments to copy, a CUDA device other than the current one, any error) returns None and the Python path runs,
  * which copies what needs copying and raises the error with its message. The library validates everything again.
  * The structs are DLPack 1.x's (dlpack.h); the table is used only where its major version is 1.

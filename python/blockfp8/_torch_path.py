@@ -44,7 +44,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # BFP8_TORCH_OPS=1: eager calls go through torch.ops.blockfp8 too (the path compiled graphs take).
 _ALWAYS_OPS = os.environ.get("BFP8_TORCH_OPS", "") not in ("", "0")
 # The fast lane (_native.c): eager calls on plain tensors read and checked in C through torch's DLPack exchange API
-# (torch >= 2.10), the Python path below for everything else. False where torch has no such API.
+# (DLPack 1.3's capsule), the Python path below for everything else. False where torch has no such API.
 FAST_LANE = N.use_torch(Tensor, torch.nn.Parameter, getattr(Tensor, "__dlpack_c_exchange_api__", None), _get_device)
 
 
