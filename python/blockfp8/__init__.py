@@ -8,6 +8,8 @@ the names and argument orders of the engine functions they can replace:
     w8a8_block_fp8_matmul(A, B, As, Bs, block_size, ...)        SGLang / vLLM (the Triton path)
     apply_w8a8_block_fp8_linear(input, weight, block_size, weight_scale, input_scale=None, bias=None)   SGLang
     fp8_gemm_nt((a, sfa), (b, sfb), d, c=None)                  DeepGEMM
+    m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, m_indices)              DeepGEMM (MoE, prefill)
+    m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)       DeepGEMM (MoE, decode)
     Linear.from_safetensors(path, name, device=...)             a prepared layer (bfp8_linear)
 
 Every GEMM goes through the library's dispatcher: explain(), stats(), policy() show and steer it, and a fallback
@@ -48,10 +50,11 @@ from . import tp  # noqa: E402  (tensor parallelism: blockfp8.tp, after Linear, 
 
 __all__ = [
     "per_token_group_quant_fp8", "per_block_quant_fp8", "w8a8_block_fp8_matmul", "apply_w8a8_block_fp8_linear",
-    "fp8_gemm_nt", "Linear", "explain", "Explanation", "stats", "reset_stats", "policy", "set_policy", "get_policy",
-    "backends", "unavailable_backends", "cuda_available", "set_num_threads", "get_num_threads", "FallbackWarning",
-    "Error", "InvalidArgumentError", "UnsupportedError", "NotFoundError", "OutOfMemoryError", "FileError",
-    "FormatError", "DeviceError", "BLOCK", "__version__", "tp",
+    "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "Linear", "explain",
+    "Explanation", "stats", "reset_stats", "policy", "set_policy", "get_policy", "backends", "unavailable_backends",
+    "cuda_available", "set_num_threads", "get_num_threads", "FallbackWarning", "Error", "InvalidArgumentError",
+    "UnsupportedError", "NotFoundError", "OutOfMemoryError", "FileError", "FormatError", "DeviceError", "BLOCK",
+    "__version__", "tp",
 ]
 
 _BLOCK_PAIRS = ((BLOCK, BLOCK), [BLOCK, BLOCK])
@@ -171,9 +174,15 @@ def apply_w8a8_block_fp8_linear(input, weight, block_size, weight_scale, input_s
     [ceil(N/128), ceil(K/128)] (int32 packed UE8M0 also accepted; then the activations take UE8M0 scales too);
     the output [..., N] has the input's dtype. input_scale must be None (the activations are quantized per call,
     as SGLang requires for block-FP8)."""
-    _c.need(input_scale is None, "input_scale must be None: block-FP8 activations are quantized in the call "
-            "(1x128 groups); there is no static input scale")
+    if input_scale is not None:
+        raise ValueError("input_scale must be None: block-FP8 activations are quantized in the call (1x128 groups); "
+                         "there is no static input scale")
     _block(block_size)
+    if _T is not None and _T.fast_lane():
+        done = _native.fast_linear_dyn(input, weight, weight_scale, bias)
+        if done is not None:
+            _c.note_fallbacks(done[1])
+            return done[0]
     if not _is_torch(input):
         return _np.linear_dyn(input, weight, weight_scale, bias)
     shape = input.shape
@@ -199,20 +208,24 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims=None, disable_ue8m0_
     given (then d and c are float32, as in DeepGEMM; c may be d itself). d may be bfloat16, float16 or float32 and
     must be contiguous. recipe must be None or (1, 128, 128); compiled_dims and disable_ue8m0_cast are accepted
     and ignored (nothing is compiled per shape; scales are never cast)."""
+    if c is None and recipe is None and _T is not None and _T.fast_lane():
+        count = _native.fast_gemm_out(a, b, d)
+        if count is not None:
+            _c.note_fallbacks(count)
+            return None
     (a_, sfa), (b_, sfb) = _pair(a, "a"), _pair(b, "b")
-    if recipe is not None and tuple(recipe) != (1, BLOCK, BLOCK):
-        raise ValueError(f"recipe={recipe!r}: blockfp8 runs 1x128 activation and 128x128 weight scales only")
+    if recipe is not None:
+        _c.check_recipe(recipe)
     if not _is_torch(a_):
-        m, k = _c.check_activation(a_.shape, _np.enum_of(a_, "a"), "a", fp8=True)
+        m, n, k = _np.gemm_operands(a_, b_)
         if a_.ndim != 2:
             raise ValueError(f"a must be 2-D [M, K], got shape {a_.shape}")
-        n, _ = _c.check_weight(b_.shape, _np.enum_of(b_, "b"), k, "b")
-        out_e = _np.check_out(d, m, n)
+        out_e = _np.check_out(d, (m, n))
         if c is not None:
             _check_c(c, d)
             if _np_mod.shares_memory(c, d):
                 c = c.copy()
-        _np.gemm(a_, b_, sfa, sfb, None, out_e, d=d)
+        _np.gemm(a_, b_, sfa, sfb, None, out_e, d=d, operands=(m, n, k))
         if c is not None:
             _np_mod.add(d, c, out=d)
         return None
@@ -229,6 +242,47 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims=None, disable_ue8m0_
     if c is not None:
         d.add_(c)
     return None
+
+
+def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, recipe=None, compiled_dims=None, disable_ue8m0_cast=False):
+    """DeepGEMM's m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, m_indices), the MoE prefill layout: row r
+    of d [m, N] = a[r] [K] @ b[m_indices[r]] [N, K]^T, with a [m, K] fp8, sfa float32 [m, ceil(K/128)] (any layout
+    its strides describe, or int32 packed UE8M0), b [G, N, K] fp8 with sfb float32 [G, ceil(N/128), ceil(K/128)],
+    m_indices int32 [m] on a's device. A row whose index is -1 is padding: its row of d is never written. Any order
+    of rows is correct (DeepGEMM requires each group's rows as one segment aligned to 128; that is the fast layout
+    on the GPU). d (bfloat16, float16 or float32, contiguous) is written in place; returns None. Host data: an index
+    outside [-1, G) raises before anything is written. recipe must be None or (1, 128, 128); compiled_dims and
+    disable_ue8m0_cast are accepted and ignored, as in fp8_gemm_nt."""
+    _grouped(_c.CONTIGUOUS, a, b, d, m_indices, 0, recipe)
+
+
+def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, compiled_dims=None,
+                                 disable_ue8m0_cast=False):
+    """DeepGEMM's m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m), the MoE decode layout:
+    d[g, r] = a[g, r] @ b[g]^T for r < masked_m[g], with a [G, max_m, K] fp8, sfa float32 [G, max_m, ceil(K/128)]
+    (e.g. DeepGEMM's MN-major TMA-aligned form, or int32 packed UE8M0), b [G, N, K] fp8 with sfb float32
+    [G, ceil(N/128), ceil(K/128)], d [G, max_m, N] (bfloat16, float16 or float32, contiguous; rows at or beyond
+    masked_m[g] are never written). masked_m is int32 [G] on a's device, read by the kernel on CUDA (no host sync:
+    the call can be captured in a CUDA graph and replayed with new counts); expected_m (an int >= 0, 0: max_m) is
+    a hint of the typical count. Host data: a count outside [0, max_m] raises before anything is written."""
+    _grouped(_c.MASKED, a, b, d, masked_m, _c.check_expected_m(expected_m), recipe)
+
+
+def _grouped(layout, a, b, d, row_map, expected_m, recipe):
+    if recipe is None and _T is not None and _T.fast_lane():
+        count = _native.fast_grouped(layout, a, b, d, row_map, expected_m)
+        if count is not None:
+            _c.note_fallbacks(count)
+            return
+    (a_, sfa), (b_, sfb) = _pair(a, "a"), _pair(b, "b")
+    if recipe is not None:
+        _c.check_recipe(recipe)
+    if not _is_torch(a_):
+        _np.grouped_gemm(layout, a_, sfa, b_, sfb, d, row_map, expected_m)
+    elif _T.eager(a_, sfa, b_, sfb, d, row_map):
+        _T.grouped_gemm_impl(a_, sfa, b_, sfb, d, row_map, layout, expected_m)
+    else:
+        _T.grouped_gemm(a_, sfa, b_, sfb, d, row_map, layout, expected_m)
 
 
 def _check_c(c, d):

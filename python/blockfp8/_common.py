@@ -26,6 +26,7 @@ ROW, MN, ALIGNED, PACKED = N.LAYOUT_ROW_MAJOR, N.LAYOUT_MN_MAJOR, N.LAYOUT_MN_MA
 LAYOUT_NAMES = N.NAMES["layouts"]
 FP32_SCALES, UE8M0_SCALES = N.SCALE_FP32, N.SCALE_UE8M0
 CPU, CUDA = N.DEVICE_CPU, N.DEVICE_CUDA
+CONTIGUOUS, MASKED = N.GROUPED_CONTIGUOUS, N.GROUPED_MASKED
 
 # dtype object (numpy dtype, torch dtype) -> library dtype. uint8 is accepted as E4M3 codes.
 DTYPES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16, np.dtype(np.uint8): E4M3, np.dtype(np.int32): I32}
@@ -136,19 +137,71 @@ def check_weight(shape, enum, k, what="weight"):
     return shape[0], shape[1]
 
 
-def check_scale_shape(shape, enum, rows, kblocks, what):
+def dims(shape):
+    """A shape as the messages write it: [2, 3]."""
+    return "[" + ", ".join(str(int(v)) for v in shape) + "]"
+
+
+def check_scale_shape(shape, enum, rows, kblocks, what, groups=None):
     """The scales of a [rows x K] operand: fp32 [rows, ceil(K/128)], or int32 [rows, ceil(K/512)] holding UE8M0
-    exponents packed four to a word. Returns the scale format."""
+    exponents packed four to a word; with groups, G such matrices [groups, rows, ...]. Returns the scale format."""
+    lead = () if groups is None else (groups,)
     if enum == F32:
-        if len(shape) != 2 or shape[0] != rows or shape[1] != kblocks:
-            raise ValueError(f"{what} must be float32 [{rows}, {kblocks}], got shape {tuple(shape)}")
+        if tuple(shape) != lead + (rows, kblocks):
+            raise ValueError(f"{what} must be float32 {dims(lead + (rows, kblocks))}, got shape {tuple(shape)}")
         return FP32_SCALES
     if enum == I32:
         words = ceil_div(kblocks, 4)
-        if len(shape) != 2 or shape[0] != rows or shape[1] != words:
-            raise ValueError(f"{what}: packed UE8M0 scales must be int32 [{rows}, {words}], got shape {tuple(shape)}")
+        if tuple(shape) != lead + (rows, words):
+            raise ValueError(f"{what}: packed UE8M0 scales must be int32 {dims(lead + (rows, words))}, got shape "
+                             f"{tuple(shape)}")
         return UE8M0_SCALES
     raise TypeError(f"{what} must be float32 (or int32 packed UE8M0), got {DTYPE_NAMES.get(enum, 'another dtype')}")
+
+
+def check_grouped_operands(layout, a_shape, a_enum, b_shape, b_enum):
+    """(groups, rows, n, k) of a grouped GEMM's a (contiguous [m, K], masked [G, max_m, K]) and b [G, N, K], both
+    fp8; rows is m or max_m."""
+    if a_enum != E4M3:
+        check_fp8(a_enum, "a")
+    if b_enum != E4M3:
+        check_fp8(b_enum, "b")
+    masked = layout == MASKED
+    if len(a_shape) != (3 if masked else 2):
+        raise ValueError(f"a must be {'[G, max_m, K]' if masked else '[m, K]'}, got shape {tuple(a_shape)}")
+    if len(b_shape) != 3:
+        raise ValueError(f"b must be [G, N, K] (one weight per group), got shape {tuple(b_shape)}")
+    groups, n, k = b_shape
+    if groups < 1:
+        raise ValueError(f"b must hold at least one group, got shape {tuple(b_shape)}")
+    if a_shape[-1] != k:
+        raise ValueError(f"b has K={int(k)}, a has K={int(a_shape[-1])}")
+    if masked and a_shape[0] != groups:
+        raise ValueError(f"a has {int(a_shape[0])} groups, b has {int(groups)}")
+    return groups, a_shape[-2], n, k
+
+
+def check_row_map(shape, enum, dtype, masked, length):
+    """m_indices (contiguous: int32 [m]) or masked_m (masked: int32 [G])."""
+    name = "masked_m" if masked else "m_indices"
+    if enum != I32:
+        raise TypeError(f"{name} must be int32, got {dtype}")
+    if len(shape) != 1 or shape[0] != length:
+        what = "one count per group" if masked else "one group index per row of a"
+        raise ValueError(f"{name} must be int32 [{length}] ({what}), got shape {tuple(shape)}")
+
+
+def check_expected_m(expected_m):
+    if not isinstance(expected_m, (int, np.integer)) or isinstance(expected_m, bool):
+        raise TypeError(f"expected_m must be an int (the typical rows per group), got {expected_m!r}")
+    if expected_m < 0:
+        raise ValueError(f"expected_m={expected_m} must be >= 0 (0: max_m)")
+    return int(expected_m)
+
+
+def check_recipe(recipe):
+    if recipe is not None and tuple(recipe) != (1, BLOCK, BLOCK):
+        raise ValueError(f"recipe={recipe!r}: blockfp8 runs 1x128 activation and 128x128 weight scales only")
 
 
 def check_bias(shape, enum, n):
@@ -161,35 +214,11 @@ def check_bias(shape, enum, n):
 # ---------------------------------------------------------------------------------------------------------------
 # Scale layouts from strides
 # ---------------------------------------------------------------------------------------------------------------
-def layouts_of(rows, cols, s0, s1, packed, avail):
-    """The set (BFP8_BIT bits) of library layouts that a [rows, cols] scale view with element strides (s0, s1)
-    satisfies, where `avail` elements from its first one belong to the tensor. cols is ceil(K/128) for fp32
-    scales and ceil(K/512) for packed words. A layout counts only if the whole footprint the library may read
-    (bfp8_scales_bytes) is available; a stride of a dimension of extent <= 1 is free."""
-    if rows == 0 or cols == 0:
-        return 1 << (PACKED if packed else ROW)
-    mn = rows <= 1 or s0 == 1
-    ld = round_up(rows, 4)
-    if packed:
-        return (1 << PACKED) if mn and (cols <= 1 or s1 == ld) and avail >= ld * cols else 0
-    got = 0
-    if (rows <= 1 or s0 == cols) and (cols <= 1 or s1 == 1) and avail >= rows * cols:
-        got |= 1 << ROW
-    if mn and (cols <= 1 or s1 == rows) and avail >= rows * cols:
-        got |= 1 << MN
-    if mn and (cols <= 1 or s1 == ld) and avail >= ld * cols:
-        got |= 1 << ALIGNED
-    return got
-
-
-def extent(shape, strides):
-    """Elements from the first to one past the last of a view with non-negative strides (0 if empty)."""
-    total = 1
-    for d, st in zip(shape, strides):
-        if d == 0:
-            return 0
-        total += (d - 1) * st
-    return total
+# The set (BFP8_BIT bits) of library layouts that [rows, cols] scale matrices with element strides (s0, s1) satisfy:
+# layouts_of(rows, cols, s0, s1, packed, avail[, groups, sg]), where `avail` elements from the first one belong to the
+# tensor and `groups` matrices lie sg elements apart. One rule for the numpy path, the torch path and the torch fast
+# lane: scale_layouts in _native.c says what counts.
+layouts_of = N.layouts_of
 
 
 def layout_storage_shape(layout, rows, kblocks):

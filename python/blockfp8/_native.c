@@ -3,13 +3,16 @@
  * Thin on purpose: functions take integer addresses, sizes and enum values, build the library's structs here (so
  * no struct layout is ever copied into Python), call the library with the GIL released, and raise an exception
  * carrying bfp8_last_error() on failure. Shapes, dtypes, devices and layouts are decided in the package's Python
- * modules; the library validates everything again.
+ * modules; the library validates everything again. The one exception is the torch fast lane (fast_*, below): the
+ * eager calls on plain torch tensors read them here, take only what the Python path would accept as it is, and
+ * leave everything else to the Python path.
  *
  * Calls that run a GEMM return the default dispatcher's count of distinct fallbacks, so that the Python layer can
  * warn once per new reason without a second call. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,7 @@
 #include "blockfp8.h"
 #include "blockfp8_backend.h"
 #include "blockfp8_tp.h"
+#include "blockfp8_grouped.h"
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Errors: one exception class per status, all under blockfp8.Error (a RuntimeError).
@@ -118,13 +122,6 @@ static bfp8_scale_layout first_layout(uint32_t set) {
     return BFP8_LAYOUT_ROW_MAJOR;
 }
 
-/* Activation scales: the 16-byte-aligned MN-major layout where the backend reads it (the TMA kernels), else the
- * first one it takes. */
-static bfp8_scale_layout act_layout(uint32_t set) {
-    if (set & BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED)) return BFP8_LAYOUT_MN_MAJOR_ALIGNED;
-    return first_layout(set);
-}
-
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -151,6 +148,16 @@ static PyObject *py_scales_bytes(PyObject *self, PyObject *const *args, Py_ssize
     size_t n = bfp8_scales_bytes((bfp8_scale_layout)layout, rows, kblocks);
     if (n == 0 && rows > 0 && kblocks > 0) return raise_status(BFP8_ERR_INVALID_ARGUMENT, "scales");
     return PyLong_FromSize_t(n);
+}
+
+/* address(array) -> the address of its first element, by the buffer protocol (numpy's __array_interface__ builds a
+ * dict per call). No format is asked for: numpy exports ml_dtypes' bfloat16 and float8 arrays that way too. */
+static PyObject *py_address(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_STRIDES)) return NULL;
+    PyObject *out = PyLong_FromVoidPtr(view.buf);
+    PyBuffer_Release(&view);
+    return out;
 }
 
 static PyObject *py_set_num_threads(PyObject *self, PyObject *arg) {
@@ -223,40 +230,79 @@ static PyObject *py_quantize_weight(PyObject *self, PyObject *const *args, Py_ss
  * GEMM
  *
  * A scale tensor from Python may satisfy several layouts at once (one row, one K block, rows a multiple of 4):
- * the caller passes the set its memory satisfies. Where the set has more than one layout, the dispatcher is asked
- * once with all of them on offer and the one its choice reads is used; bfp8_gemm then decides again on that
- * single layout, which keeps the same backend (its capability and priority do not depend on the other layouts).
+ * the caller passes the set its memory satisfies. Where a set has more than one layout, the dispatcher is asked
+ * once with all of them on offer and the layouts its choice reads are used (bfp8_backend_layouts); the call then
+ * decides again on those single layouts, which keeps the same backend (its capability and priority do not depend
+ * on the other layouts).
  * ------------------------------------------------------------------------------------------------------------- */
-static bool single_layout(uint32_t set) { return set && !(set & (set - 1)); }
-
-static bfp8_status pick_layouts(bfp8_dispatcher *d, bfp8_gemm_args *g, uint32_t a_set, uint32_t b_set) {
-    if (single_layout(a_set) && single_layout(b_set)) return BFP8_OK;
-    bfp8_problem p;
-    bfp8_status st = bfp8_problem_from_gemm(g, &p);
-    if (st != BFP8_OK) return st;
-    p.a_layouts = a_set;
-    p.b_layouts = b_set;
-    bfp8_decision dec;
-    st = bfp8_dispatcher_select(d, &p, &dec);
-    if (st != BFP8_OK) return st; /* bfp8_gemm would fail the same way; its message is set */
-    uint32_t a_use = dec.backend->caps.a_layouts & a_set, b_use = dec.backend->caps.b_layouts & b_set;
-    g->a_scales.layout = act_layout(a_use ? a_use : a_set);
-    g->b_scales.layout = first_layout(b_use ? b_use : b_set);
-    return BFP8_OK;
+/* The set (BFP8_BIT bits) of layouts that `groups` [rows, cols] scale matrices, sg elements apart, with element
+ * strides (s0, s1), satisfy, where `avail` elements from the first one belong to the tensor. cols is ceil(K/128)
+ * for fp32 scales and ceil(K/512) for packed words. A layout counts only if the whole footprint the library may
+ * read (bfp8_scales_bytes) is available and, for several matrices, sg is that footprint (the library finds matrix
+ * g g footprints after the first); a stride of a dimension of extent <= 1 is free. The one rule for every path:
+ * Python's layouts_of is this function. */
+static uint32_t scale_layouts(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool packed, int64_t avail,
+                              int64_t groups, int64_t sg) {
+    if (rows == 0 || cols == 0) return BFP8_BIT(packed ? BFP8_LAYOUT_PACKED_UE8M0 : BFP8_LAYOUT_ROW_MAJOR);
+    if (rows < 0 || cols < 0 || groups < 1 || rows > INT64_MAX / 4 / cols / groups) return 0;
+    const bool mn = rows <= 1 || s0 == 1;
+    const int64_t ld = (rows + 3) / 4 * 4, dense = rows * cols, padded = ld * cols;
+    const bool dense_fits = avail >= groups * dense && (groups <= 1 || sg == dense);
+    const bool padded_fits = avail >= groups * padded && (groups <= 1 || sg == padded);
+    if (packed)
+        return mn && (cols <= 1 || s1 == ld) && padded_fits ? BFP8_BIT(BFP8_LAYOUT_PACKED_UE8M0) : 0;
+    uint32_t set = 0;
+    if (dense_fits && (rows <= 1 || s0 == cols) && (cols <= 1 || s1 == 1)) set |= BFP8_BIT(BFP8_LAYOUT_ROW_MAJOR);
+    if (dense_fits && mn && (cols <= 1 || s1 == rows)) set |= BFP8_BIT(BFP8_LAYOUT_MN_MAJOR);
+    if (padded_fits && mn && (cols <= 1 || s1 == ld)) set |= BFP8_BIT(BFP8_LAYOUT_MN_MAJOR_ALIGNED);
+    return set;
 }
 
-/* gemm(m, n, k, a, sa, a_format, a_layouts, b, sb, b_format, b_layouts, bias, bias_dtype, y, y_dtype, device,
- *      stream) -> fallback count */
-static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    void *a, *sa, *b, *sb, *bias, *y, *stream;
-    int64_t m, n, k, a_set, b_set;
-    int a_fmt, b_fmt, bias_dtype, y_dtype, device;
-    if (want_args("gemm", nargs, 17) || arg_i64(args[0], &m) || arg_i64(args[1], &n) || arg_i64(args[2], &k) ||
-        arg_ptr(args[3], &a) || arg_ptr(args[4], &sa) || arg_int(args[5], &a_fmt) || arg_i64(args[6], &a_set) ||
-        arg_ptr(args[7], &b) || arg_ptr(args[8], &sb) || arg_int(args[9], &b_fmt) || arg_i64(args[10], &b_set) ||
-        arg_ptr(args[11], &bias) || arg_int(args[12], &bias_dtype) || arg_ptr(args[13], &y) ||
-        arg_int(args[14], &y_dtype) || arg_int(args[15], &device) || arg_ptr(args[16], &stream))
+/* layouts_of(rows, cols, s0, s1, packed, avail[, groups, sg]) -> layout set */
+static PyObject *py_layouts_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int64_t v[8] = {0, 0, 0, 0, 0, 0, 1, 0};
+    if (nargs != 6 && nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "_native.layouts_of takes 6 or 8 arguments (%zd given)", nargs);
         return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        if (arg_i64(args[i], &v[i])) return NULL;
+    return PyLong_FromUnsignedLong(scale_layouts(v[0], v[1], v[2], v[3], v[4] != 0, v[5], v[6], v[7]));
+}
+
+static bool several_layouts(uint32_t a_set, uint32_t b_set) { return (a_set & (a_set - 1)) || (b_set & (b_set - 1)); }
+
+/* p: the problem the call poses with the scales' first layouts; sa and sb get the layouts the chosen backend reads.
+ * A failure here is the call's own (bfp8_gemm would fail the same way), with its message set. */
+static bfp8_status pick_layouts(bfp8_dispatcher *d, bfp8_problem *p, uint32_t a_set, uint32_t b_set,
+                                bfp8_scales *sa, bfp8_scales *sb) {
+    p->a_layouts = a_set;
+    p->b_layouts = b_set;
+    bfp8_decision dec;
+    bfp8_status st = bfp8_dispatcher_select(d, p, &dec);
+    if (st == BFP8_OK) st = bfp8_backend_layouts(dec.backend, p, &sa->layout, &sb->layout);
+    return st;
+}
+
+static bfp8_status pick_gemm_layouts(bfp8_dispatcher *d, bfp8_gemm_args *g, uint32_t a_set, uint32_t b_set) {
+    if (!several_layouts(a_set, b_set)) return BFP8_OK;
+    bfp8_problem p;
+    bfp8_status st = bfp8_problem_from_gemm(g, &p);
+    return st == BFP8_OK ? pick_layouts(d, &p, a_set, b_set, &g->a_scales, &g->b_scales) : st;
+}
+
+/* A scale operand as the calls below take it: its address, format and the layouts its memory satisfies. */
+typedef struct scale_arg {
+    void *data;
+    int format;
+    uint32_t layouts;
+} scale_arg;
+
+/* The calls of the Python paths (gemm, linear_dyn, grouped_gemm: integer arguments) and of the torch fast lane
+ * (tensors read here): build the library's arguments, run with the GIL released, return the fallback count or
+ * raise carrying the library's message. */
+static PyObject *call_gemm(int64_t m, int64_t n, int64_t k, const void *a, scale_arg sa, const void *b, scale_arg sb,
+                           const void *bias, int bias_dtype, void *y, int y_dtype, int device, void *stream) {
     bfp8_dispatcher *d = dispatcher();
     if (!d) return NULL;
     const int64_t kblocks = ceil_div(k, BFP8_BLOCK);
@@ -266,14 +312,14 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         .y = y, .y_dtype = (bfp8_dtype)y_dtype,
         .device = (bfp8_device)device, .stream = stream,
     };
-    bfp8_status st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)a_fmt, first_layout((uint32_t)a_set), m,
-                                      kblocks, sa);
+    bfp8_status st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)sa.format, first_layout(sa.layouts), m,
+                                      kblocks, sa.data);
     if (st == BFP8_OK)
-        st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)b_fmt, first_layout((uint32_t)b_set),
-                              ceil_div(n, BFP8_BLOCK), kblocks, sb);
+        st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)sb.format, first_layout(sb.layouts),
+                              ceil_div(n, BFP8_BLOCK), kblocks, sb.data);
     if (st == BFP8_OK) {
         Py_BEGIN_ALLOW_THREADS
-        st = pick_layouts(d, &g, (uint32_t)a_set, (uint32_t)b_set);
+        st = pick_gemm_layouts(d, &g, sa.layouts, sb.layouts);
         if (st == BFP8_OK) st = bfp8_gemm(d, &g);
         Py_END_ALLOW_THREADS
     }
@@ -281,24 +327,21 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return fallback_count(d);
 }
 
-/* The activation scratch of linear_dyn: q at offset 0, the scales at the next multiple of 256 bytes. */
+/* The activation scratch of linear_dyn: q at offset 0, the scales at the next multiple of 256 bytes, room for the
+ * largest layout (the aligned MN-major one). */
 static int64_t scratch_scale_offset(int64_t m, int64_t k) { return (m * k + 255) / 256 * 256; }
 
-/* linear_dyn(x, x_dtype, m, k, scratch, scratch_bytes, n, b, sb, b_format, b_layouts, bias, bias_dtype, y,
- *            y_dtype, device, stream) -> fallback count
- * apply_w8a8_block_fp8_linear on raw tensors: x quantized in 1x128 groups (the weight's scale format) into the
- * caller's scratch, in the layout the chosen backend reads, then the dispatched GEMM. */
-static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    void *x, *scratch, *b, *sb, *bias, *y, *stream;
-    int64_t m, k, scratch_bytes, n, b_set;
-    int x_dtype, b_fmt, bias_dtype, y_dtype, device;
-    if (want_args("linear_dyn", nargs, 17) || arg_ptr(args[0], &x) || arg_int(args[1], &x_dtype) ||
-        arg_i64(args[2], &m) || arg_i64(args[3], &k) || arg_ptr(args[4], &scratch) ||
-        arg_i64(args[5], &scratch_bytes) || arg_i64(args[6], &n) || arg_ptr(args[7], &b) ||
-        arg_ptr(args[8], &sb) || arg_int(args[9], &b_fmt) || arg_i64(args[10], &b_set) ||
-        arg_ptr(args[11], &bias) || arg_int(args[12], &bias_dtype) || arg_ptr(args[13], &y) ||
-        arg_int(args[14], &y_dtype) || arg_int(args[15], &device) || arg_ptr(args[16], &stream))
-        return NULL;
+static int64_t scratch_bytes(int64_t m, int64_t k) {
+    return scratch_scale_offset(m, k) +
+           (int64_t)bfp8_scales_bytes(BFP8_LAYOUT_MN_MAJOR_ALIGNED, m, ceil_div(k, BFP8_BLOCK));
+}
+
+/* apply_w8a8_block_fp8_linear on raw memory: x quantized in 1x128 groups (the weight's scale format) into the
+ * scratch, in the layout the chosen backend reads, then the dispatched GEMM. The scratch is the caller's on CUDA
+ * (torch's allocator: stream-ordered, capturable); on the host scratch = NULL has the call allocate its own. */
+static PyObject *call_linear_dyn(const void *x, int x_dtype, int64_t m, int64_t k, void *scratch,
+                                 int64_t scratch_size, int64_t n, const void *b, scale_arg sb, const void *bias,
+                                 int bias_dtype, void *y, int y_dtype, int device, void *stream) {
     bfp8_dispatcher *d = dispatcher();
     if (!d) return NULL;
     if (m < 0 || k < 0 || m > INT64_MAX / (k ? k : 1) - 256) {
@@ -306,6 +349,12 @@ static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     const int64_t kblocks = ceil_div(k, BFP8_BLOCK), s_off = scratch_scale_offset(m, k);
+    void *own = NULL;
+    if (!scratch && device == BFP8_DEVICE_CPU) {
+        scratch_size = scratch_bytes(m, k);
+        scratch = own = malloc((size_t)scratch_size + 1);
+        if (!own) return PyErr_NoMemory();
+    }
     uint8_t *q = scratch;
     void *sa = scratch ? (uint8_t *)scratch + s_off : NULL;
     bfp8_gemm_args g = {
@@ -314,17 +363,17 @@ static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t
         .y = y, .y_dtype = (bfp8_dtype)y_dtype,
         .device = (bfp8_device)device, .stream = stream,
     };
-    bfp8_status st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)b_fmt, first_layout((uint32_t)b_set),
-                                      ceil_div(n, BFP8_BLOCK), kblocks, sb);
-    const uint32_t a_set = layouts_for_format((bfp8_scale_format)b_fmt);
+    bfp8_status st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)sb.format, first_layout(sb.layouts),
+                                      ceil_div(n, BFP8_BLOCK), kblocks, sb.data);
+    const uint32_t a_set = layouts_for_format((bfp8_scale_format)sb.format);
     if (st == BFP8_OK)
-        st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)b_fmt, first_layout(a_set), m, kblocks, sa);
+        st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)sb.format, first_layout(a_set), m, kblocks, sa);
     bool short_scratch = false;
     if (st == BFP8_OK) {
         Py_BEGIN_ALLOW_THREADS
-        st = pick_layouts(d, &g, a_set, (uint32_t)b_set);
+        st = pick_gemm_layouts(d, &g, a_set, sb.layouts);
         short_scratch = st == BFP8_OK && m > 0 && kblocks > 0 &&
-                        s_off + (int64_t)bfp8_scales_bytes(g.a_scales.layout, m, kblocks) > scratch_bytes;
+                        s_off + (int64_t)bfp8_scales_bytes(g.a_scales.layout, m, kblocks) > scratch_size;
         if (st == BFP8_OK && !short_scratch) {
             st = device == BFP8_DEVICE_CUDA
                      ? bfp8_cuda_quantize_act(x, (bfp8_dtype)x_dtype, m, k, q, &g.a_scales, NULL, stream)
@@ -333,12 +382,460 @@ static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         Py_END_ALLOW_THREADS
     }
+    free(own);
     if (short_scratch) {
-        PyErr_Format(PyExc_ValueError, "linear: scratch of %lld bytes is too small", (long long)scratch_bytes);
+        PyErr_Format(PyExc_ValueError, "linear: scratch of %lld bytes is too small", (long long)scratch_size);
         return NULL;
     }
     if (st != BFP8_OK) return raise_status(st, "linear");
     return fallback_count(d);
+}
+
+/* bfp8_grouped_gemm: m is all rows (contiguous) or max_m (masked); row_map is m_indices (contiguous) or masked_m
+ * (masked), int32 in the data's memory; sa and sb describe one group's scale matrix (masked sa and every sb hold G
+ * of them back to back). */
+static PyObject *call_grouped(int layout, int64_t groups, int64_t m, int64_t n, int64_t k, const void *a,
+                              scale_arg sa, const int32_t *row_map, int64_t expected_m, const void *b, scale_arg sb,
+                              void *y, int y_dtype, int device, void *stream) {
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
+    const bool masked = layout == BFP8_GROUPED_MASKED;
+    const int64_t kblocks = ceil_div(k, BFP8_BLOCK);
+    bfp8_grouped_gemm_args g = {
+        .layout = (bfp8_grouped_layout)layout, .groups = groups, .m = m, .n = n, .k = k,
+        .a = a, .m_indices = masked ? NULL : row_map, .masked_m = masked ? row_map : NULL,
+        .expected_m = expected_m, .b = b,
+        .y = y, .y_dtype = (bfp8_dtype)y_dtype,
+        .device = (bfp8_device)device, .stream = stream,
+    };
+    bfp8_status st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)sa.format, first_layout(sa.layouts), m,
+                                      kblocks, sa.data);
+    if (st == BFP8_OK)
+        st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)sb.format, first_layout(sb.layouts),
+                              ceil_div(n, BFP8_BLOCK), kblocks, sb.data);
+    if (st == BFP8_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        if (several_layouts(sa.layouts, sb.layouts)) {
+            bfp8_problem p;
+            st = bfp8_problem_from_grouped_gemm(&g, &p);
+            if (st == BFP8_OK) st = pick_layouts(d, &p, sa.layouts, sb.layouts, &g.a_scales, &g.b_scales);
+        }
+        if (st == BFP8_OK) st = bfp8_grouped_gemm(d, &g);
+        Py_END_ALLOW_THREADS
+    }
+    if (st != BFP8_OK) return raise_status(st, "grouped gemm");
+    return fallback_count(d);
+}
+
+static int arg_scale(PyObject *const *args, scale_arg *out) {
+    int64_t set;
+    if (arg_ptr(args[0], &out->data) || arg_int(args[1], &out->format) || arg_i64(args[2], &set)) return -1;
+    out->layouts = (uint32_t)set;
+    return 0;
+}
+
+/* gemm(m, n, k, a, sa, a_format, a_layouts, b, sb, b_format, b_layouts, bias, bias_dtype, y, y_dtype, device,
+ *      stream) -> fallback count */
+static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *a, *b, *bias, *y, *stream;
+    int64_t m, n, k;
+    int bias_dtype, y_dtype, device;
+    scale_arg sa, sb;
+    if (want_args("gemm", nargs, 17) || arg_i64(args[0], &m) || arg_i64(args[1], &n) || arg_i64(args[2], &k) ||
+        arg_ptr(args[3], &a) || arg_scale(args + 4, &sa) || arg_ptr(args[7], &b) || arg_scale(args + 8, &sb) ||
+        arg_ptr(args[11], &bias) || arg_int(args[12], &bias_dtype) || arg_ptr(args[13], &y) ||
+        arg_int(args[14], &y_dtype) || arg_int(args[15], &device) || arg_ptr(args[16], &stream))
+        return NULL;
+    return call_gemm(m, n, k, a, sa, b, sb, bias, bias_dtype, y, y_dtype, device, stream);
+}
+
+/* linear_dyn(x, x_dtype, m, k, scratch, scratch_bytes, n, b, sb, b_format, b_layouts, bias, bias_dtype, y,
+ *            y_dtype, device, stream) -> fallback count */
+static PyObject *py_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *x, *scratch, *b, *bias, *y, *stream;
+    int64_t m, k, scratch_size, n;
+    int x_dtype, bias_dtype, y_dtype, device;
+    scale_arg sb;
+    if (want_args("linear_dyn", nargs, 17) || arg_ptr(args[0], &x) || arg_int(args[1], &x_dtype) ||
+        arg_i64(args[2], &m) || arg_i64(args[3], &k) || arg_ptr(args[4], &scratch) ||
+        arg_i64(args[5], &scratch_size) || arg_i64(args[6], &n) || arg_ptr(args[7], &b) ||
+        arg_scale(args + 8, &sb) || arg_ptr(args[11], &bias) || arg_int(args[12], &bias_dtype) ||
+        arg_ptr(args[13], &y) || arg_int(args[14], &y_dtype) || arg_int(args[15], &device) ||
+        arg_ptr(args[16], &stream))
+        return NULL;
+    return call_linear_dyn(x, x_dtype, m, k, scratch, scratch_size, n, b, sb, bias, bias_dtype, y, y_dtype, device,
+                           stream);
+}
+
+/* linear_scratch_bytes(m, k) -> the bytes of linear_dyn's scratch for [m, k] activations */
+static PyObject *py_linear_scratch_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int64_t m, k;
+    if (want_args("linear_scratch_bytes", nargs, 2) || arg_i64(args[0], &m) || arg_i64(args[1], &k)) return NULL;
+    if (m < 0 || k < 0 || m > INT64_MAX / (k ? k : 1) / 2) {
+        PyErr_Format(PyExc_ValueError, "linear: bad activation shape [%lld, %lld]", (long long)m, (long long)k);
+        return NULL;
+    }
+    return PyLong_FromLongLong(scratch_bytes(m, k));
+}
+
+/* grouped_gemm(layout, groups, m, n, k, a, sa, a_format, a_layouts, row_map, expected_m, b, sb, b_format,
+ *              b_layouts, y, y_dtype, device, stream) -> fallback count */
+static PyObject *py_grouped_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *a, *row_map, *b, *y, *stream;
+    int64_t groups, m, n, k, expected_m;
+    int layout, y_dtype, device;
+    scale_arg sa, sb;
+    if (want_args("grouped_gemm", nargs, 19) || arg_int(args[0], &layout) || arg_i64(args[1], &groups) ||
+        arg_i64(args[2], &m) || arg_i64(args[3], &n) || arg_i64(args[4], &k) || arg_ptr(args[5], &a) ||
+        arg_scale(args + 6, &sa) || arg_ptr(args[9], &row_map) || arg_i64(args[10], &expected_m) ||
+        arg_ptr(args[11], &b) || arg_scale(args + 12, &sb) || arg_ptr(args[15], &y) || arg_int(args[16], &y_dtype) ||
+        arg_int(args[17], &device) || arg_ptr(args[18], &stream))
+        return NULL;
+    return call_grouped(layout, groups, m, n, k, a, sa, row_map, expected_m, b, sb, y, y_dtype, device, stream);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The torch fast lane (issue 29): the eager calls on plain torch tensors, read here instead of in Python
+ *
+ * A torch call's host time is mostly reading tensor attributes in Python (~0.1 us each, some 25 a GEMM). torch
+ * exports a C table, DLPack's exchange API (the capsule torch.Tensor.__dlpack_c_exchange_api__, DLPack 1.3), that
+ * fills a DLTensor (address, device, dtype, shape, strides) without a Python call and gives the current CUDA stream
+ * and a torch allocation. The fast_* functions take the public function's arguments, accept only calls that every
+ * check of the Python path would accept (the same dtypes, shapes, devices, contiguity, alignment and scale layouts,
+ * by the same scale_layouts) and run them; anything else (numpy arrays, subclasses and fake tensors, meta tensors,
+ * arguments to copy, a CUDA device other than the current one, any error) returns None and the Python path runs,
+ * which copies what needs copying and raises the error with its message. The library validates everything again.
+ * The structs are DLPack 1.x's (dlpack.h); the table is used only where its major version is 1.
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef struct dl_device {
+    int32_t device_type; /* DLDeviceType */
+    int32_t device_id;
+} dl_device;
+typedef struct dl_dtype {
+    uint8_t code, bits;
+    uint16_t lanes;
+} dl_dtype;
+typedef struct dl_tensor {
+    void *data;
+    dl_device device;
+    int32_t ndim;
+    dl_dtype dtype;
+    int64_t *shape, *strides; /* strides in elements; NULL = compact row-major */
+    uint64_t byte_offset;
+} dl_tensor;
+typedef struct dl_version {
+    uint32_t major, minor;
+} dl_version;
+typedef struct dl_managed {
+    dl_version version;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed *self);
+    uint64_t flags;
+    dl_tensor tensor;
+} dl_managed;
+typedef struct dl_api_header {
+    dl_version version;
+    struct dl_api_header *prev_api;
+} dl_api_header;
+typedef struct dl_exchange_api {
+    dl_api_header header;
+    int (*managed_tensor_allocator)(dl_tensor *prototype, dl_managed **out, void *error_ctx,
+                                    void (*set_error)(void *error_ctx, const char *kind, const char *message));
+    int (*managed_tensor_from_py_object_no_sync)(void *py_object, dl_managed **out);
+    int (*managed_tensor_to_py_object_no_sync)(dl_managed *tensor, void **out_py_object);
+    int (*dltensor_from_py_object_no_sync)(void *py_object, dl_tensor *out);
+    int (*current_work_stream)(int32_t device_type, int32_t device_id, void **out_current_stream);
+} dl_exchange_api;
+enum { DL_CPU = 1, DL_CUDA = 2 };
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_FLOAT8_E4M3FN = 10 };
+
+static struct {
+    const dl_exchange_api *api;           /* NULL: no fast lane */
+    PyTypeObject *tensor, *parameter;      /* the plain tensor types */
+    PyObject *current_device;              /* torch's current CUDA device, a callable */
+    PyObject *untyped_storage, *nbytes, *storage_offset; /* method names */
+} lane;
+
+/* use_torch(torch.Tensor, torch.nn.Parameter, exchange API capsule or None, current_device) -> whether the fast lane
+ * is open. */
+static PyObject *py_use_torch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (want_args("use_torch", nargs, 4)) return NULL;
+    if (!PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "use_torch: two types and a callable");
+        return NULL;
+    }
+    const dl_exchange_api *api = NULL;
+    if (PyCapsule_IsValid(args[2], "dlpack_exchange_api")) {
+        api = PyCapsule_GetPointer(args[2], "dlpack_exchange_api");
+        if (api && (api->header.version.major != 1 || !api->dltensor_from_py_object_no_sync ||
+                    !api->managed_tensor_allocator || !api->managed_tensor_to_py_object_no_sync ||
+                    !api->current_work_stream))
+            api = NULL;
+    }
+    if (!lane.untyped_storage) {
+        lane.untyped_storage = PyUnicode_InternFromString("untyped_storage");
+        lane.nbytes = PyUnicode_InternFromString("nbytes");
+        lane.storage_offset = PyUnicode_InternFromString("storage_offset");
+        if (!lane.untyped_storage || !lane.nbytes || !lane.storage_offset) return NULL;
+    }
+    Py_XSETREF(lane.tensor, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(lane.parameter, (PyTypeObject *)Py_NewRef(args[1]));
+    Py_XSETREF(lane.current_device, Py_NewRef(args[3]));
+    lane.api = api; /* the capsule's table lives as long as torch's library */
+    return PyBool_FromLong(api != NULL);
+}
+
+/* A tensor as the fast lane reads it. dev: -1 for the CPU, else the CUDA device index. */
+typedef struct operand {
+    PyObject *obj;
+    uint8_t *data;
+    int dev;
+    int ndim;
+    int dtype; /* bfp8_dtype (uint8 as E4M3 codes), -1 for others */
+    const int64_t *shape, *strides;
+} operand;
+
+/* The library dtype of a DLPack one (uint8 as E4M3 codes, as the Python path takes them), -1 for the others. */
+static int dtype_of(dl_dtype t) {
+    if (t.lanes != 1) return -1;
+    switch (t.code) {
+    case DL_FLOAT: return t.bits == 32 ? BFP8_DTYPE_F32 : t.bits == 16 ? BFP8_DTYPE_F16 : -1;
+    case DL_BFLOAT: return t.bits == 16 ? BFP8_DTYPE_BF16 : -1;
+    case DL_FLOAT8_E4M3FN:
+    case DL_UINT: return t.bits == 8 ? BFP8_DTYPE_E4M3 : -1;
+    case DL_INT: return t.bits == 32 ? BFP8_DTYPE_I32 : -1;
+    default: return -1;
+    }
+}
+
+/* Whether o is a plain CPU or CUDA tensor whose descriptor the exchange API gives; false clears any error. */
+static bool view(PyObject *o, operand *t) {
+    if (Py_TYPE(o) != lane.tensor && Py_TYPE(o) != lane.parameter) return false;
+    dl_tensor dl;
+    if (lane.api->dltensor_from_py_object_no_sync(o, &dl)) { /* e.g. meta tensors */
+        PyErr_Clear();
+        return false;
+    }
+    if (dl.device.device_type != DL_CPU && dl.device.device_type != DL_CUDA) return false;
+    t->obj = o;
+    t->data = (uint8_t *)dl.data + dl.byte_offset;
+    t->dev = dl.device.device_type == DL_CPU ? -1 : dl.device.device_id;
+    t->ndim = dl.ndim;
+    t->dtype = dtype_of(dl.dtype);
+    t->shape = dl.shape;
+    t->strides = dl.strides;
+    return true;
+}
+
+static bool is_float(const operand *t) {
+    return t->dtype == BFP8_DTYPE_F32 || t->dtype == BFP8_DTYPE_BF16 || t->dtype == BFP8_DTYPE_F16;
+}
+
+/* Compact row-major (torch's is_contiguous: strides of extent-1 dimensions are free). */
+static bool contiguous(const operand *t) {
+    if (!t->strides) return true;
+    int64_t want = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 0) return true;
+        if (t->shape[i] != 1 && t->strides[i] != want) return false;
+        want *= t->shape[i];
+    }
+    return true;
+}
+
+static int64_t stride(const operand *t, int i) {
+    if (t->strides) return t->strides[i];
+    int64_t s = 1;
+    for (int j = t->ndim - 1; j > i; j--) s *= t->shape[j];
+    return s;
+}
+
+/* The elements from t's first one to the end of its storage (where an aligned layout's padding may lie beyond the
+ * view), by torch's methods; -1 with the error cleared if they fail. */
+static int64_t storage_avail(const operand *t) {
+    int64_t nbytes = -1, offset = -1;
+    PyObject *storage = PyObject_CallMethodNoArgs(t->obj, lane.untyped_storage);
+    PyObject *size = storage ? PyObject_CallMethodNoArgs(storage, lane.nbytes) : NULL;
+    PyObject *off = size ? PyObject_CallMethodNoArgs(t->obj, lane.storage_offset) : NULL;
+    if (off) {
+        nbytes = PyLong_AsLongLong(size);
+        offset = PyLong_AsLongLong(off);
+    }
+    Py_XDECREF(storage);
+    Py_XDECREF(size);
+    Py_XDECREF(off);
+    if (PyErr_Occurred() || nbytes < 0 || offset < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return nbytes / 4 - offset;
+}
+
+/* Scales of [rows x K] operands on device dev, G matrices [groups, rows, cols] (groups = 0: a 2-D tensor), in a
+ * layout their strides describe: fp32 [.., rows, ceil(K/128)] or int32 packed UE8M0 [.., rows, ceil(K/512)]. */
+static bool scales_of(PyObject *o, int64_t groups, int64_t rows, int64_t kblocks, int dev, scale_arg *out) {
+    operand s;
+    if (!view(o, &s) || s.dev != dev || s.ndim != (groups ? 3 : 2)) return false;
+    const bool packed = s.dtype == BFP8_DTYPE_I32;
+    if (!packed && s.dtype != BFP8_DTYPE_F32) return false;
+    const int64_t cols = packed ? ceil_div(kblocks, 4) : kblocks;
+    const int r = s.ndim - 2;
+    if ((groups && s.shape[0] != groups) || s.shape[r] != rows || s.shape[r + 1] != cols) return false;
+    const int64_t s0 = stride(&s, r), s1 = stride(&s, r + 1), sg = groups ? stride(&s, 0) : 0, g = groups ? groups : 1;
+    if (s0 < 0 || s1 < 0 || sg < 0) return false;
+    int64_t avail = 0;
+    if (rows && cols) {
+        avail = 1 + (g - 1) * sg + (rows - 1) * s0 + (cols - 1) * s1;
+        if (rows % 4 && (rows == 1 || s0 == 1) && (avail = storage_avail(&s)) < 0) return false;
+    }
+    out->data = s.data;
+    out->format = packed ? BFP8_SCALE_UE8M0 : BFP8_SCALE_FP32;
+    out->layouts = scale_layouts(rows, cols, s0, s1, packed, avail, g, sg);
+    return out->layouts && (dev < 0 || !((uintptr_t)s.data & 15));
+}
+
+/* CUDA: whether dev is torch's current device (the library launches there), and its current stream. */
+static bool on_current_device(int dev, void **stream) {
+    *stream = NULL;
+    if (dev < 0) return true;
+    PyObject *cur = PyObject_CallNoArgs(lane.current_device);
+    const long current = cur ? PyLong_AsLong(cur) : -1;
+    Py_XDECREF(cur);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+    }
+    return current == dev && lane.api->current_work_stream(DL_CUDA, dev, stream) == 0;
+}
+
+static bool aligned(const operand *t) { return t->dev < 0 || !((uintptr_t)t->data & 15); }
+
+static bool pair_of(PyObject *o, PyObject **out) {
+    if ((!PyTuple_Check(o) && !PyList_Check(o)) || PySequence_Fast_GET_SIZE(o) != 2) return false;
+    out[0] = PySequence_Fast_GET_ITEM(o, 0);
+    out[1] = PySequence_Fast_GET_ITEM(o, 1);
+    return true;
+}
+
+/* A new torch tensor of the given shape and dtype on like's device, by torch's allocator (on CUDA its caching
+ * allocator, on the current stream, as torch.empty), and its address; NULL with the error set. */
+static void set_alloc_error(void *ctx, const char *kind, const char *message) {
+    PyErr_Format(PyExc_RuntimeError, "torch could not allocate the output: %s: %s", kind, message);
+}
+
+static PyObject *new_tensor(const operand *like, int ndim, int64_t *shape, dl_dtype dtype, void **data) {
+    dl_tensor proto = {.device = {like->dev < 0 ? DL_CPU : DL_CUDA, like->dev < 0 ? 0 : like->dev},
+                       .ndim = ndim, .dtype = dtype, .shape = shape};
+    dl_managed *m = NULL;
+    if (lane.api->managed_tensor_allocator(&proto, &m, NULL, set_alloc_error)) return NULL;
+    *data = (uint8_t *)m->tensor.data + m->tensor.byte_offset; /* owned by the tensor made of m below */
+    void *obj = NULL;
+    if (lane.api->managed_tensor_to_py_object_no_sync(m, &obj)) return NULL; /* m is stolen either way */
+    return obj;
+}
+
+#define DECLINE Py_RETURN_NONE
+
+/* fast_gemm_out((a, sfa), (b, sfb), d) -> fallback count, or None: fp8_gemm_nt without c */
+static PyObject *py_fast_gemm_out(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *ab[4];
+    operand a, b, d;
+    if (nargs != 3 || !lane.api || !pair_of(args[0], ab) || !pair_of(args[1], ab + 2) || !view(ab[0], &a) ||
+        !view(ab[2], &b) || !view(args[2], &d))
+        DECLINE;
+    if (a.ndim != 2 || b.ndim != 2 || d.ndim != 2 || a.dtype != BFP8_DTYPE_E4M3 || b.dtype != BFP8_DTYPE_E4M3 ||
+        !is_float(&d) || b.dev != a.dev || d.dev != a.dev || !contiguous(&a) || !contiguous(&b) || !contiguous(&d) ||
+        !aligned(&a) || !aligned(&b) || !aligned(&d))
+        DECLINE;
+    const int64_t m = a.shape[0], k = a.shape[1], n = b.shape[0], kblocks = ceil_div(k, BFP8_BLOCK);
+    scale_arg sa, sb;
+    void *stream;
+    if (b.shape[1] != k || d.shape[0] != m || d.shape[1] != n || !scales_of(ab[1], 0, m, kblocks, a.dev, &sa) ||
+        !scales_of(ab[3], 0, ceil_div(n, BFP8_BLOCK), kblocks, a.dev, &sb) || !on_current_device(a.dev, &stream))
+        DECLINE;
+    return call_gemm(m, n, k, a.data, sa, b.data, sb, NULL, BFP8_DTYPE_F32, d.data, d.dtype,
+                     a.dev < 0 ? BFP8_DEVICE_CPU : BFP8_DEVICE_CUDA, stream);
+}
+
+/* fast_linear_dyn(input, weight, weight_scale, bias) -> (output, fallback count), or None:
+ * apply_w8a8_block_fp8_linear, input [..., K] float, output [..., N] of its dtype */
+static PyObject *py_fast_linear_dyn(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    operand x, w, bias = {0};
+    if (nargs != 4 || !lane.api || !view(args[0], &x) || !view(args[1], &w) ||
+        (args[3] != Py_None && !view(args[3], &bias)))
+        DECLINE;
+    if (x.ndim < 1 || x.ndim > 8 || w.ndim != 2 || !is_float(&x) || w.dtype != BFP8_DTYPE_E4M3 || w.dev != x.dev ||
+        !contiguous(&x) || !contiguous(&w) || !aligned(&x) || !aligned(&w))
+        DECLINE;
+    const int64_t k = x.shape[x.ndim - 1], n = w.shape[0], kblocks = ceil_div(k, BFP8_BLOCK);
+    int64_t m = 1, shape[8];
+    for (int i = 0; i < x.ndim - 1; i++) m *= shape[i] = x.shape[i];
+    shape[x.ndim - 1] = n;
+    if (w.shape[1] != k || (bias.obj && (bias.ndim != 1 || bias.shape[0] != n || !is_float(&bias) ||
+                                         bias.dev != x.dev || !contiguous(&bias))))
+        DECLINE;
+    scale_arg sb;
+    void *stream;
+    if (!scales_of(args[2], 0, ceil_div(n, BFP8_BLOCK), kblocks, x.dev, &sb) || !on_current_device(x.dev, &stream))
+        DECLINE;
+    void *y_data, *scratch_data = NULL;
+    const dl_dtype x_dl = {x.dtype == BFP8_DTYPE_BF16 ? DL_BFLOAT : DL_FLOAT, x.dtype == BFP8_DTYPE_F32 ? 32 : 16, 1};
+    PyObject *y = new_tensor(&x, x.ndim, shape, x_dl, &y_data), *scratch = NULL;
+    if (!y) return NULL;
+    int64_t scratch_size = 0;
+    if (x.dev >= 0) { /* torch's memory on CUDA; the host call allocates its own */
+        scratch_size = m <= INT64_MAX / (k ? k : 1) / 2 ? scratch_bytes(m, k) : -1;
+        scratch = scratch_size >= 0 ? new_tensor(&x, 1, &scratch_size, (dl_dtype){DL_UINT, 8, 1}, &scratch_data)
+                                    : NULL;
+        if (!scratch) {
+            Py_DECREF(y);
+            if (scratch_size >= 0) return NULL;
+            DECLINE;
+        }
+    }
+    PyObject *count = call_linear_dyn(x.data, x.dtype, m, k, scratch_data, scratch_size, n, w.data, sb,
+                                      bias.obj ? bias.data : NULL, bias.obj ? bias.dtype : BFP8_DTYPE_F32, y_data,
+                                      x.dtype, x.dev < 0 ? BFP8_DEVICE_CPU : BFP8_DEVICE_CUDA, stream);
+    Py_XDECREF(scratch); /* back to torch's allocator, ordered after the call on the stream, as a torch.empty */
+    if (!count) {
+        Py_DECREF(y);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", y, count);
+}
+
+/* fast_grouped(layout, (a, sfa), (b, sfb), d, row_map, expected_m) -> fallback count, or None:
+ * m_grouped_fp8_gemm_nt_contiguous (row_map = m_indices) and _masked (row_map = masked_m) */
+static PyObject *py_fast_grouped(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *ab[4];
+    operand a, b, d, map;
+    int layout;
+    int64_t expected_m;
+    if (nargs != 6 || !lane.api || arg_int(args[0], &layout) || arg_i64(args[5], &expected_m) ||
+        !pair_of(args[1], ab) || !pair_of(args[2], ab + 2) || !view(ab[0], &a) || !view(ab[2], &b) ||
+        !view(args[3], &d) || !view(args[4], &map)) {
+        PyErr_Clear();
+        DECLINE;
+    }
+    const bool masked = layout == BFP8_GROUPED_MASKED;
+    if ((!masked && layout != BFP8_GROUPED_CONTIGUOUS) || expected_m < 0 || a.ndim != (masked ? 3 : 2) ||
+        b.ndim != 3 || d.ndim != a.ndim || map.ndim != 1 || a.dtype != BFP8_DTYPE_E4M3 ||
+        b.dtype != BFP8_DTYPE_E4M3 || !is_float(&d) || map.dtype != BFP8_DTYPE_I32 || b.dev != a.dev ||
+        d.dev != a.dev || map.dev != a.dev || !contiguous(&a) || !contiguous(&b) || !contiguous(&d) ||
+        !contiguous(&map) || !aligned(&a) || !aligned(&b) || !aligned(&d))
+        DECLINE;
+    const int64_t groups = b.shape[0], n = b.shape[1], k = b.shape[2], rows = a.shape[a.ndim - 2];
+    const int64_t kblocks = ceil_div(k, BFP8_BLOCK);
+    if (groups < 1 || a.shape[a.ndim - 1] != k || (masked && (a.shape[0] != groups || d.shape[0] != groups)) ||
+        d.shape[d.ndim - 2] != rows || d.shape[d.ndim - 1] != n || map.shape[0] != (masked ? groups : rows))
+        DECLINE;
+    scale_arg sa, sb;
+    void *stream;
+    if (!scales_of(ab[1], masked ? groups : 0, rows, kblocks, a.dev, &sa) ||
+        !scales_of(ab[3], groups, ceil_div(n, BFP8_BLOCK), kblocks, a.dev, &sb) || !on_current_device(a.dev, &stream))
+        DECLINE;
+    return call_grouped(layout, groups, rows, n, k, a.data, sa, (const int32_t *)map.data, expected_m, b.data, sb,
+                        d.data, d.dtype, a.dev < 0 ? BFP8_DEVICE_CPU : BFP8_DEVICE_CUDA, stream);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -881,12 +1378,20 @@ static PyMethodDef methods[] = {
     {"cuda_available", py_cuda_available, METH_NOARGS, "(available, why not)"},
     {"layouts_for_format", py_layouts_for_format, METH_O, "bit set of the layouts a scale format can be stored in"},
     FAST(scales_bytes),
+    {"address", py_address, METH_O, "the address of an array's first element (buffer protocol)"},
     {"set_num_threads", py_set_num_threads, METH_O, NULL},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, NULL},
     FAST(quantize_act),
     FAST(quantize_weight),
+    FAST(layouts_of),
     FAST(gemm),
     FAST(linear_dyn),
+    FAST(linear_scratch_bytes),
+    FAST(grouped_gemm),
+    FAST(use_torch),
+    FAST(fast_gemm_out),
+    FAST(fast_linear_dyn),
+    FAST(fast_grouped),
     FAST(weight_create),
     FAST(weight_quantize),
     FAST(weight_load),
@@ -960,6 +1465,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         add_int(m, "LAYOUT_MN_MAJOR_ALIGNED", BFP8_LAYOUT_MN_MAJOR_ALIGNED) ||
         add_int(m, "LAYOUT_PACKED_UE8M0", BFP8_LAYOUT_PACKED_UE8M0) || add_int(m, "LAYOUT_COUNT", BFP8_LAYOUT_COUNT) ||
         add_int(m, "DEVICE_CPU", BFP8_DEVICE_CPU) || add_int(m, "DEVICE_CUDA", BFP8_DEVICE_CUDA) ||
+        add_int(m, "GROUPED_CONTIGUOUS", BFP8_GROUPED_CONTIGUOUS) ||
+        add_int(m, "GROUPED_MASKED", BFP8_GROUPED_MASKED) ||
         add_int(m, "POLICY_AUTO", BFP8_POLICY_AUTO) || add_int(m, "POLICY_PREFER", BFP8_POLICY_PREFER) ||
         add_int(m, "POLICY_STRICT", BFP8_POLICY_STRICT) || add_int(m, "TP_COLUMN", BFP8_TP_COLUMN) ||
         add_int(m, "TP_ROW", BFP8_TP_ROW) || add_int(m, "SHARD_SHARE_BLOCKS", BFP8_SHARD_SHARE_BLOCKS))

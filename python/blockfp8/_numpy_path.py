@@ -5,10 +5,10 @@ import math
 import numpy as np
 
 from . import _native as N
-from ._common import (BF16, BLOCK, CPU, E4M3, F16, F32, FP32_SCALES, I32, PACKED, ROW, UE8M0_SCALES,
-                      act_layout_for, ceil_div, check_activation, check_bias, check_float,
-                      check_group_size, check_scale_shape, check_weight, dtype_enum, extent, layout_storage_shape,
-                      layouts_of, ml_dtypes, need, note_fallbacks, round_up)
+from ._common import (BF16, BLOCK, CPU, E4M3, F16, F32, FP32_SCALES, I32, MASKED, PACKED, ROW, UE8M0_SCALES,
+                      act_layout_for, ceil_div, check_activation, check_bias, check_float, check_group_size,
+                      check_grouped_operands, check_row_map, check_scale_shape, check_weight, dims, dtype_enum,
+                      layout_storage_shape, layouts_of, ml_dtypes, need, note_fallbacks, round_up)
 
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn) if ml_dtypes is not None else np.dtype(np.uint8)
 _NP = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), E4M3: FP8, I32: np.dtype(np.int32)}
@@ -26,8 +26,8 @@ def np_dtype(enum):
     return dt
 
 
-def ptr(a):
-    return a.__array_interface__["data"][0]
+# The address of an array's first element (the buffer protocol: __array_interface__ builds a dict per call).
+ptr = N.address
 
 
 def enum_of(a, what):
@@ -43,33 +43,38 @@ def contiguous(a):
     return np.ascontiguousarray(a)
 
 
-def _available(a):
+def _available(a, own):
     """Elements from a's first one that lie inside the memory a's base array covers (at least a's own extent)."""
-    item = a.itemsize
-    own = extent(a.shape, [s // item for s in a.strides])
     root = a
     while isinstance(root.base, np.ndarray):
         root = root.base
-    if root is not a:
-        end = _byte_bounds(root)[1]
-        own = max(own, (end - ptr(a)) // item)
-    return own
+    if root is a:
+        return own
+    start = ptr(root)  # a contiguous base covers [start, start + nbytes); numpy's byte_bounds is slower Python
+    end = start + root.nbytes if root.flags.c_contiguous or root.flags.f_contiguous else _byte_bounds(root)[1]
+    return max(own, (end - ptr(a)) // a.itemsize)
 
 
-def scale_arg(s, rows, kblocks, what):
-    """(array to keep alive, its address, scale format, layout set) for a [rows x K] operand's scales."""
-    fmt = check_scale_shape(s.shape, enum_of(s, what), rows, kblocks, what)
+def scale_arg(s, rows, kblocks, what, groups=None):
+    """(array to keep alive, its address, scale format, layout set) for a [rows x K] operand's scales ([groups,
+    rows, ...] with groups: G matrices, which the library reads back to back)."""
+    fmt = check_scale_shape(s.shape, enum_of(s, what), rows, kblocks, what, groups)
     packed = fmt == UE8M0_SCALES
-    cols = s.shape[1]
-    item = s.itemsize
+    cols, item, st = s.shape[-1], s.itemsize, s.strides
     bits = 0
-    if all(st % item == 0 for st in s.strides):
-        bits = layouts_of(rows, cols, s.strides[0] // item, s.strides[1] // item, packed, _available(s))
+    if not (st[-2] % item or st[-1] % item or (groups and st[0] % item)):
+        s0, s1, sg = st[-2] // item, st[-1] // item, st[0] // item if groups else 0
+        avail = 0
+        if rows and cols:
+            avail = 1 + ((groups or 1) - 1) * sg + (rows - 1) * s0 + (cols - 1) * s1
+            if rows % 4 and (rows == 1 or s0 == 1):  # an aligned layout's padding lies beyond the view: is it there?
+                avail = _available(s, avail)
+        bits = layouts_of(rows, cols, s0, s1, packed, avail, groups or 1, sg)
     if not bits:  # strides no layout describes: a copy in one that does
         if packed:
-            buf = np.zeros((cols, round_up(rows, 4)), np.int32)
-            buf[:, :rows] = s.T
-            s, bits = buf.T[:rows], 1 << PACKED
+            buf = np.zeros(s.shape[:-2] + (cols, round_up(rows, 4)), np.int32)
+            buf[..., :rows] = np.swapaxes(s, -1, -2)
+            s, bits = np.swapaxes(buf, -1, -2)[..., :rows, :], 1 << PACKED
         else:
             s, bits = np.ascontiguousarray(s), 1 << ROW
     return s, ptr(s), fmt, bits
@@ -135,10 +140,17 @@ def _act_scales_2d(As, a_shape, m, what):
     return As.reshape(m, As.shape[-1])
 
 
-def gemm(A, B, As, Bs, bias, out_enum, d=None):
-    """C = A @ B^T block-scaled, into a new array of out_enum or into d."""
+def gemm_operands(A, B):
+    """(m, n, k) of valid A [..., K] and B [N, K], both fp8."""
     m, k = check_activation(A.shape, enum_of(A, "A"), "A", fp8=True)
     n, _ = check_weight(B.shape, enum_of(B, "B"), k, "B")
+    return m, n, k
+
+
+def gemm(A, B, As, Bs, bias, out_enum, d=None, operands=None):
+    """C = A @ B^T block-scaled, into a new array of out_enum or into d (operands: gemm_operands' result where the
+    caller has it)."""
+    m, n, k = operands or gemm_operands(A, B)
     kb = ceil_div(k, BLOCK)
     sa = scale_arg(_act_scales_2d(As, A.shape, m, "As"), m, kb, "As")
     sb = scale_arg(Bs, ceil_div(n, BLOCK), kb, "Bs")
@@ -159,27 +171,38 @@ def linear_dyn(x, weight, weight_scale, bias):
     sb = scale_arg(weight_scale, ceil_div(n, BLOCK), kb, "weight_scale")
     keep_bias, bias_ptr, bias_e = bias_arg(bias, n)
     x, weight = contiguous(x), contiguous(weight)
-    scratch_bytes = scratch_size(m, k)
-    scratch = np.empty(scratch_bytes, np.uint8)
     y = np.empty(x.shape[:-1] + (n,), x.dtype)
-    count = N.linear_dyn(ptr(x), xe, m, k, ptr(scratch), scratch_bytes, n, ptr(weight), sb[1], sb[2], sb[3], bias_ptr,
-                         bias_e, ptr(y), xe, CPU, None)
+    # scratch None: the call quantizes x into host memory of its own
+    count = N.linear_dyn(ptr(x), xe, m, k, None, 0, n, ptr(weight), sb[1], sb[2], sb[3], bias_ptr, bias_e, ptr(y), xe,
+                         CPU, None)
     note_fallbacks(count)
     return y
 
 
-def scratch_size(m, k):
-    """Bytes of linear_dyn's activation scratch: the codes, then (from the next multiple of 256) the scales in the
-    largest layout, the 16-byte-aligned MN-major one."""
-    return round_up(m * k, 256) + round_up(m, 4) * ceil_div(k, BLOCK) * 4
+def grouped_gemm(layout, a, sfa, b, sfb, d, row_map, expected_m):
+    """m_grouped_fp8_gemm_nt_{contiguous,masked} on host arrays: writes the rows of d in use (the library checks
+    row_map's contents before it writes)."""
+    groups, rows, n, k = check_grouped_operands(layout, a.shape, enum_of(a, "a"), b.shape, enum_of(b, "b"))
+    masked = layout == MASKED
+    out_e = check_out(d, a.shape[:-1] + (n,))
+    name = "masked_m" if masked else "m_indices"
+    need(isinstance(row_map, np.ndarray), f"{name} must be a numpy array like a", TypeError)
+    check_row_map(row_map.shape, dtype_enum(row_map.dtype), row_map.dtype, masked, groups if masked else rows)
+    kb = ceil_div(k, BLOCK)
+    sa = scale_arg(sfa, rows, kb, "sfa", groups if masked else None)
+    sb = scale_arg(sfb, ceil_div(n, BLOCK), kb, "sfb", groups)
+    a, b, row_map = contiguous(a), contiguous(b), contiguous(row_map)
+    count = N.grouped_gemm(layout, groups, rows, n, k, ptr(a), sa[1], sa[2], sa[3], ptr(row_map), expected_m, ptr(b),
+                           sb[1], sb[2], sb[3], ptr(d), out_e, CPU, None)
+    note_fallbacks(count)
 
 
-def check_out(d, m, n):
+def check_out(d, shape):
+    """The library dtype of a valid output d of `shape`, written in place."""
     need(isinstance(d, np.ndarray), "d must be a numpy array", TypeError)
     e = dtype_enum(d.dtype)
     check_float(e, "d")
-    if d.shape != (m, n):
-        raise ValueError(f"d must be [{m}, {n}], got {d.shape}")
+    if d.shape != tuple(shape):
+        raise ValueError(f"d must be {dims(shape)}, got {d.shape}")
     need(d.flags.c_contiguous and d.flags.writeable, "d must be C-contiguous and writeable (it is written in place)")
     return e
-

@@ -6,7 +6,8 @@ Every operation is an op of the `blockfp8` torch.library namespace with a fake i
 torch.compile(fullgraph=True) traces callers and CUDA graphs capture them. The ops return contiguous tensors; the
 public functions (python/blockfp8/__init__.py) make the strided views engines expect (column-major scales) around
 them, in traceable torch code. In eager mode the public functions call the kernels directly, which skips the
-dispatcher but runs the very same code.
+dispatcher but runs the very same code; before that they offer the call to the fast lane of _native.c, which runs
+it when the tensors need nothing done to them and declines (None) otherwise.
 
 Tensor arguments of other layouts are copied into one the library reads (contiguous operands; scales whose strides
 match no library layout; on CUDA, operands at addresses that are not 16-byte aligned); outputs written in place
@@ -22,14 +23,19 @@ import torch
 from torch import Tensor
 
 from . import _native as N
-from ._common import (ALIGNED, BF16, BLOCK, CPU, CUDA, DTYPES, E4M3, F16, F32, FLOATS, FP32_SCALES, I32, PACKED, ROW,
-                      UE8M0_SCALES, ceil_div, check_activation, check_bias, check_float, check_scale_shape,
-                      check_weight, layout_storage_shape, layouts_of, note_fallbacks, round_up)
+from ._common import (ALIGNED, BF16, BLOCK, CONTIGUOUS, CPU, CUDA, DTYPES, E4M3, F16, F32, FLOATS, FP32_SCALES, I32,
+                      MASKED, PACKED, ROW, UE8M0_SCALES, ceil_div, check_activation, check_bias, check_expected_m,
+                      check_float, check_grouped_operands, check_row_map, check_scale_shape, check_weight, dims,
+                      layout_storage_shape, layouts_of, note_fallbacks, round_up)
 
 FP8 = torch.float8_e4m3fn
 DTYPES.update({torch.float32: F32, torch.bfloat16: BF16, torch.float16: F16, FP8: E4M3, torch.uint8: E4M3,
                torch.int32: I32})
 TORCH_DTYPES = {F32: torch.float32, BF16: torch.bfloat16, F16: torch.float16}
+# What the checks compare on every call, bound once (a dict of torch dtypes only, and module attributes read once).
+_FP8_DTYPES = (FP8, torch.uint8)
+_F32 = torch.float32
+_OUT_ENUMS = {t: e for e, t in TORCH_DTYPES.items()}
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
@@ -37,16 +43,26 @@ _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # BFP8_TORCH_OPS=1: eager calls go through torch.ops.blockfp8 too (the path compiled graphs take).
 _ALWAYS_OPS = os.environ.get("BFP8_TORCH_OPS", "") not in ("", "0")
+# The fast lane (_native.c): eager calls on plain tensors read and checked in C through torch's DLPack exchange API
+# (DLPack 1.3's capsule), the Python path below for everything else. False where torch has no such API.
+FAST_LANE = N.use_torch(Tensor, torch.nn.Parameter, getattr(Tensor, "__dlpack_c_exchange_api__", None), _get_device)
+
+
+def fast_lane():
+    """Whether a public function may offer its call to the fast lane (eager, not tracing)."""
+    return FAST_LANE and not (_ALWAYS_OPS or _is_compiling())
 
 
 def eager(*tensors):
     """Whether a public function may call a kernel directly: not under torch.compile / export tracing, and only
     plain CPU or CUDA tensors (fake, meta and subclass tensors go through the op)."""
-    plain = not (_ALWAYS_OPS or _is_compiling())
+    if _ALWAYS_OPS or _is_compiling():
+        return False
+    plain = True
     for t in tensors:
-        if t is None:
-            continue
         if type(t) not in _PLAIN:
+            if t is None:
+                continue
             if not isinstance(t, Tensor):
                 raise TypeError(f"every operand must be a torch tensor like the first, got {type(t).__name__}")
             plain = False
@@ -87,39 +103,47 @@ def _aligned(t):
 
 
 def _fresh_scales(s, rows, cols, packed, want):
-    """A copy of [rows, cols] scales in a new buffer of the layout `want` (the packed one for int32 words)."""
+    """A copy of [..., rows, cols] scales in a new buffer of the layout `want` (the packed one for int32 words),
+    its matrices back to back."""
     if packed or want == ALIGNED:
-        buf = torch.zeros((cols, round_up(rows, 4)), dtype=torch.int32 if packed else torch.float32, device=s.device)
-        buf[:, :rows].copy_(s.t())
+        buf = torch.zeros(s.shape[:-2] + (cols, round_up(rows, 4)), dtype=torch.int32 if packed else torch.float32,
+                          device=s.device)
+        buf[..., :rows].copy_(s.transpose(-1, -2))
         return buf, 1 << (PACKED if packed else ALIGNED)
     return s.clone(memory_format=torch.contiguous_format), 1 << ROW
 
 
-def _scale_arg(s, rows, cols, fmt, d, want):
-    """(tensor to keep alive, address, layout set) for checked [rows, cols] scales (format fmt) on device d. Scales
-    in no layout their strides describe (or, on CUDA, at an unaligned address) are copied into the layout `want`."""
-    s0, s1 = s.stride()
-    if not rows or not cols:
-        return s, s.data_ptr(), layouts_of(rows, cols, s0, s1, fmt == UE8M0_SCALES, 0)
-    avail = 1 + (rows - 1) * s0 + (cols - 1) * s1
-    if rows % 4 and (rows == 1 or s0 == 1):  # an aligned layout's padding lies beyond the view: is it there?
-        avail = s.untyped_storage().nbytes() // 4 - s.storage_offset()
-    bits = layouts_of(rows, cols, s0, s1, fmt == UE8M0_SCALES, avail)
+def _scale_arg(s, rows, fmt, d, want):
+    """(tensor to keep alive, address, layout set) for checked scales of format fmt on device d: [rows, cols], or
+    [G, rows, cols] (grouped: G matrices the library reads back to back). Scales in no layout their strides
+    describe (or, on CUDA, at an unaligned address) are copied into the layout `want`."""
+    st = s.stride()
+    if len(st) == 2:
+        groups, sg, (s0, s1) = 1, 0, st
+        cols = s.shape[1]
+    else:
+        (sg, s0, s1), (groups, _, cols) = st, s.shape
+    avail = 0
+    if rows and cols:
+        avail = 1 + (groups - 1) * sg + (rows - 1) * s0 + (cols - 1) * s1
+        if rows % 4 and (rows == 1 or s0 == 1):  # an aligned layout's padding lies beyond the view: is it there?
+            avail = s.untyped_storage().nbytes() // 4 - s.storage_offset()
+    packed = fmt == UE8M0_SCALES
+    bits = layouts_of(rows, cols, s0, s1, packed, avail, groups, sg)
     ptr = s.data_ptr()
     if not bits or (d >= 0 and ptr & 15):
-        s, bits = _fresh_scales(s, rows, cols, fmt == UE8M0_SCALES, want)
+        s, bits = _fresh_scales(s, rows, cols, packed, want)
         ptr = s.data_ptr()
     return s, ptr, bits
 
 
-def _scales_fmt(s, rows, kblocks, what, d, ref):
-    """The scale format of valid [rows x K] scales on device d, or a clear error."""
-    e = DTYPES.get(s.dtype) if isinstance(s, Tensor) else None
-    shape = s.shape if e is not None else None
-    if e == F32 and len(shape) == 2 and shape[0] == rows and shape[1] == kblocks:
-        fmt = FP32_SCALES
-    else:
-        fmt = check_scale_shape(shape, _enum(s, what), rows, kblocks, what)
+def _scales_fmt(s, rows, kblocks, what, d, ref, groups=None):
+    """The scale format of valid scales of [rows x K] operands on device d ([groups, rows, ...] with groups), or a
+    clear error."""
+    if (s.dtype is _F32 and s.shape == ((rows, kblocks) if groups is None else (groups, rows, kblocks))
+            and s.get_device() == d):
+        return FP32_SCALES
+    fmt = check_scale_shape(s.shape, _enum(s, what), rows, kblocks, what, groups)
     _same_device(s, d, what, ref)
     return fmt
 
@@ -136,6 +160,28 @@ def _bias_arg(bias):
         return None, None, F32
     bias = bias.contiguous()
     return bias, bias.data_ptr(), DTYPES[bias.dtype]
+
+
+def check_out(d, shape, device_index):
+    """The library dtype of a valid output d of `shape` written in place, on device device_index, or a clear
+    error."""
+    e = _OUT_ENUMS.get(d.dtype) if isinstance(d, Tensor) else None
+    if e is not None and d.shape == shape and d.get_device() == device_index and d.is_contiguous():
+        return e
+    if not isinstance(d, Tensor):
+        raise TypeError("d must be a torch tensor")
+    e = _out_enum(d.dtype)
+    if tuple(d.shape) != tuple(shape):
+        raise ValueError(f"d must be {dims(shape)}, got {tuple(d.shape)}")
+    _same_device(d, device_index, "d", "the operands")
+    raise ValueError("d must be contiguous (it is written in place)")
+
+
+def _out_enum(dtype):
+    e = _OUT_ENUMS.get(dtype)
+    if e is None:
+        raise TypeError(f"output dtype {dtype} is not supported: bfloat16, float16 or float32")
+    return e
 
 
 _LIB = torch.library.Library("blockfp8", "DEF")
@@ -257,48 +303,43 @@ quant_weight, quant_weight_impl = _op("quant_weight", _quant_weight, _quant_weig
 def _gemm_check(a, sa, b, sb, bias):
     """(m, n, k, device index, A's scale format, B's scale format) of valid operands, or a clear error."""
     ash, bsh = a.shape, b.shape
-    if len(ash) != 2:
-        raise ValueError(f"A must be 2-D [M, K] here, got {len(ash)} dimensions")
-    if DTYPES.get(a.dtype) != E4M3:
-        check_activation(ash, _enum(a, "A"), "A", fp8=True)
-    m, k = ash
-    if DTYPES.get(b.dtype) != E4M3 or len(bsh) != 2 or bsh[1] != k:
-        check_weight(bsh, _enum(b, "B"), k, "B")
-    n = bsh[0]
     d = a.get_device()
-    _same_device(b, d, "B", "A")
+    if not (len(ash) == 2 and len(bsh) == 2 and ash[1] == bsh[1] and a.dtype in _FP8_DTYPES
+            and b.dtype in _FP8_DTYPES and b.get_device() == d):
+        if len(ash) != 2:
+            raise ValueError(f"A must be 2-D [M, K] here, got {len(ash)} dimensions")
+        check_activation(ash, _enum(a, "A"), "A", fp8=True)
+        check_weight(bsh, _enum(b, "B"), ash[1], "B")
+        _same_device(b, d, "B", "A")
+    m, k = ash
+    n = bsh[0]
     kb = (k + BLOCK - 1) // BLOCK
     sa_fmt = _scales_fmt(sa, m, kb, "As", d, "A")
     sb_fmt = _scales_fmt(sb, (n + BLOCK - 1) // BLOCK, kb, "Bs", d, "A")
-    _check_bias(bias, n, d)
+    if bias is not None:
+        _check_bias(bias, n, d)
     return m, n, k, d, sa_fmt, sb_fmt
 
 
-def _run_gemm(a, sa, b, sb, bias, y, out_e):
-    m, n, k, d, sa_fmt, sb_fmt = _gemm_check(a, sa, b, sb, bias)
-    dev, stream = _stream(d)
-    sa_keep, sa_ptr, sa_bits = _scale_arg(sa, m, sa.shape[1], sa_fmt, d, ALIGNED)
-    sb_keep, sb_ptr, sb_bits = _scale_arg(sb, (n + BLOCK - 1) // BLOCK, sb.shape[1], sb_fmt, d, ROW)
+def _run_gemm(a, sa, b, sb, bias, out_e, checked, y):
+    """The checked GEMM (checked: _gemm_check's result) into y."""
+    m, n, k, d, sa_fmt, sb_fmt = checked
+    dev, stream = (CPU, None) if d < 0 else _stream(d)
+    sa_keep, sa_ptr, sa_bits = _scale_arg(sa, m, sa_fmt, d, ALIGNED)
+    sb_keep, sb_ptr, sb_bits = _scale_arg(sb, (n + BLOCK - 1) // BLOCK, sb_fmt, d, ROW)
     bias_keep, bias_ptr, bias_e = _bias_arg(bias)
     a, b = a.contiguous(), b.contiguous()
     if d >= 0:
         a, b = _aligned(a), _aligned(b)
-    count = N.gemm(m, n, k, a.data_ptr(), sa_ptr, sa_fmt, sa_bits, b.data_ptr(), sb_ptr, sb_fmt, sb_bits, bias_ptr,
-                   bias_e, y.data_ptr(), out_e, dev, stream)
-    note_fallbacks(count)
-
-
-def _out_enum(dtype):
-    e = DTYPES.get(dtype)
-    if e not in FLOATS:
-        raise TypeError(f"output dtype {dtype} is not supported: bfloat16, float16 or float32")
-    return e
+    note_fallbacks(N.gemm(m, n, k, a.data_ptr(), sa_ptr, sa_fmt, sa_bits, b.data_ptr(), sb_ptr, sb_fmt, sb_bits,
+                          bias_ptr, bias_e, y.data_ptr(), out_e, dev, stream))
 
 
 def _gemm(a: Tensor, sa: Tensor, b: Tensor, sb: Tensor, bias: Optional[Tensor], out_dtype: torch.dtype) -> Tensor:
     out_e = _out_enum(out_dtype)
-    y = torch.empty((a.shape[0], b.shape[0]), dtype=out_dtype, device=a.device)
-    _run_gemm(a, sa, b, sb, bias, y, out_e)
+    checked = _gemm_check(a, sa, b, sb, bias)
+    y = torch.empty((checked[0], checked[1]), dtype=out_dtype, device=a.device)
+    _run_gemm(a, sa, b, sb, bias, out_e, checked, y)
     return y
 
 
@@ -311,83 +352,122 @@ def _gemm_fake(a, sa, b, sb, bias, out_dtype):
 gemm, gemm_impl = _op("gemm", _gemm, _gemm_fake)
 
 
-def check_out(d, m, n, device_index):
-    """The library dtype of a valid output d [m, n] written in place, or a clear error."""
-    if not isinstance(d, Tensor):
-        raise TypeError("d must be a torch tensor")
-    e = _out_enum(d.dtype)
-    shape = d.shape
-    if len(shape) != 2 or shape[0] != m or shape[1] != n:
-        raise ValueError(f"d must be [{m}, {n}], got {tuple(shape)}")
-    _same_device(d, device_index, "d", "the operands")
-    if not d.is_contiguous():
-        raise ValueError("d must be contiguous (it is written in place)")
-    return e
+def _in_place(d, device_index, run, *args):
+    """run(*args, y) with y = d, or, on CUDA where d's address is not 16-byte aligned (the TMA kernels need aligned
+    bases), a copy of d copied back after: every byte the call does not write keeps its value."""
+    if device_index >= 0 and d.data_ptr() & 15:
+        y = d.clone()
+        run(*args, y)
+        d.copy_(y)
+    else:
+        run(*args, d)
 
 
 def _gemm_out(a: Tensor, sa: Tensor, b: Tensor, sb: Tensor, d: Tensor) -> None:
-    out_e = check_out(d, a.shape[0], b.shape[0], a.get_device())
-    if d.is_cuda and d.data_ptr() & 15:  # written through an aligned buffer
-        tmp = torch.empty(d.shape, dtype=d.dtype, device=d.device)
-        _run_gemm(a, sa, b, sb, None, tmp, out_e)
-        d.copy_(tmp)
-    else:
-        _run_gemm(a, sa, b, sb, None, d, out_e)
+    checked = _gemm_check(a, sa, b, sb, None)
+    out_e = check_out(d, (checked[0], checked[1]), checked[3])
+    _in_place(d, checked[3], _run_gemm, a, sa, b, sb, None, out_e, checked)
 
 
 def _gemm_out_fake(a, sa, b, sb, d):
-    m, n = _gemm_check(a, sa, b, sb, None)[:2]
-    check_out(d, m, n, a.get_device())
+    m, n, k, dev = _gemm_check(a, sa, b, sb, None)[:4]
+    check_out(d, (m, n), dev)
 
 
 gemm_out, gemm_out_impl = _op("gemm_out", _gemm_out, _gemm_out_fake, mutates_args=("d",))
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# blockfp8::grouped_gemm: DeepGEMM's m_grouped_fp8_gemm_nt_{contiguous,masked} (layout CONTIGUOUS or MASKED) into
+# d. Contiguous: a [m, K], sa [m, kb], d [m, N], row_map = m_indices int32 [m]; masked: a [G, max_m, K],
+# sa [G, max_m, kb], d [G, max_m, N], row_map = masked_m int32 [G]; b [G, N, K] fp8, sb [G, nb, kb].
+# ---------------------------------------------------------------------------------------------------------------
+def _grouped_check(a, sa, b, sb, d, row_map, layout, expected_m):
+    """(groups, rows, n, k, device index, sa's format, sb's format, d's dtype) of a valid grouped call (rows: m or
+    max_m), or a clear error."""
+    if layout not in (CONTIGUOUS, MASKED):
+        raise ValueError(f"unknown grouped layout {layout}")
+    check_expected_m(expected_m)
+    groups, rows, n, k = check_grouped_operands(layout, a.shape, _enum(a, "a"), b.shape, _enum(b, "b"))
+    dev = a.get_device()
+    _same_device(b, dev, "b", "a")
+    masked = layout == MASKED
+    kb = (k + BLOCK - 1) // BLOCK
+    sa_fmt = _scales_fmt(sa, rows, kb, "sfa", dev, "a", groups if masked else None)
+    sb_fmt = _scales_fmt(sb, (n + BLOCK - 1) // BLOCK, kb, "sfb", dev, "a", groups)
+    out_e = check_out(d, (groups, rows, n) if masked else (rows, n), dev)
+    check_row_map(row_map.shape, DTYPES.get(row_map.dtype), row_map.dtype, masked, groups if masked else rows)
+    _same_device(row_map, dev, "masked_m" if masked else "m_indices", "a")
+    return groups, rows, n, k, dev, sa_fmt, sb_fmt, out_e
+
+
+def _run_grouped(a, sa, b, sb, row_map, layout, expected_m, checked, y):
+    """The checked grouped GEMM (checked: _grouped_check's result) into y."""
+    groups, rows, n, k, d, sa_fmt, sb_fmt, out_e = checked
+    dev, stream = (CPU, None) if d < 0 else _stream(d)
+    sa_keep, sa_ptr, sa_bits = _scale_arg(sa, rows, sa_fmt, d, ALIGNED)
+    sb_keep, sb_ptr, sb_bits = _scale_arg(sb, (n + BLOCK - 1) // BLOCK, sb_fmt, d, ROW)
+    a, b, row_map = a.contiguous(), b.contiguous(), row_map.contiguous()
+    if d >= 0:
+        a, b = _aligned(a), _aligned(b)
+    note_fallbacks(N.grouped_gemm(layout, groups, rows, n, k, a.data_ptr(), sa_ptr, sa_fmt, sa_bits,
+                                  row_map.data_ptr(), expected_m, b.data_ptr(), sb_ptr, sb_fmt, sb_bits, y.data_ptr(),
+                                  out_e, dev, stream))
+
+
+def _grouped_gemm(a: Tensor, sa: Tensor, b: Tensor, sb: Tensor, d: Tensor, row_map: Tensor, layout: int,
+                  expected_m: int) -> None:
+    checked = _grouped_check(a, sa, b, sb, d, row_map, layout, expected_m)
+    _in_place(d, checked[4], _run_grouped, a, sa, b, sb, row_map, layout, expected_m, checked)
+
+
+def _grouped_gemm_fake(a, sa, b, sb, d, row_map, layout, expected_m):
+    _grouped_check(a, sa, b, sb, d, row_map, layout, expected_m)
+
+
+grouped_gemm, grouped_gemm_impl = _op("grouped_gemm", _grouped_gemm, _grouped_gemm_fake, mutates_args=("d",))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # blockfp8::linear_dyn: x [M, K] float, weight [N, K] fp8 with its scales -> y [M, N] of x's dtype
-# (apply_w8a8_block_fp8_linear: x quantized in the call, then the GEMM; the scratch is torch's).
+# (apply_w8a8_block_fp8_linear: x quantized in the call, then the GEMM; the scratch is torch's on CUDA).
 # ---------------------------------------------------------------------------------------------------------------
 def _linear_dyn_check(x, w, ws, bias):
     """(m, n, k, device index, x's dtype, the weight's scale format) of valid operands, or a clear error."""
     xsh, wsh = x.shape, w.shape
-    if len(xsh) != 2:
-        raise ValueError(f"input must be 2-D [M, K] here, got {len(xsh)} dimensions")
-    xe = DTYPES.get(x.dtype)
-    if xe not in FLOATS:
-        check_activation(xsh, _enum(x, "input"), "input")
-    m, k = xsh
-    if DTYPES.get(w.dtype) != E4M3 or len(wsh) != 2 or wsh[1] != k:
-        check_weight(wsh, _enum(w, "weight"), k)
-    n = wsh[0]
     d = x.get_device()
-    _same_device(w, d, "weight", "the input")
+    xe = DTYPES.get(x.dtype)
+    if not (len(xsh) == 2 and len(wsh) == 2 and xsh[1] == wsh[1] and xe in FLOATS and w.dtype in _FP8_DTYPES
+            and w.get_device() == d):
+        if len(xsh) != 2:
+            raise ValueError(f"input must be 2-D [M, K] here, got {len(xsh)} dimensions")
+        check_activation(xsh, _enum(x, "input"), "input")
+        check_weight(wsh, _enum(w, "weight"), xsh[1])
+        _same_device(w, d, "weight", "the input")
+    m, k = xsh
+    n = wsh[0]
     ws_fmt = _scales_fmt(ws, (n + BLOCK - 1) // BLOCK, (k + BLOCK - 1) // BLOCK, "weight_scale", d, "the input")
-    _check_bias(bias, n, d)
+    if bias is not None:
+        _check_bias(bias, n, d)
     return m, n, k, d, xe, ws_fmt
-
-
-def scratch_size(m, k):
-    """Bytes of linear_dyn's activation scratch: the codes, then (from the next multiple of 256) the scales in the
-    largest layout, the 16-byte-aligned MN-major one."""
-    return round_up(m * k, 256) + round_up(m, 4) * ceil_div(k, BLOCK) * 4
 
 
 def _linear_dyn(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor]) -> Tensor:
     m, n, k, d, xe, ws_fmt = _linear_dyn_check(x, weight, weight_scale, bias)
-    dev, stream = _stream(d)
-    ws_keep, ws_ptr, ws_bits = _scale_arg(weight_scale, (n + BLOCK - 1) // BLOCK, weight_scale.shape[1], ws_fmt, d,
-                                          ROW)
+    ws_keep, ws_ptr, ws_bits = _scale_arg(weight_scale, (n + BLOCK - 1) // BLOCK, ws_fmt, d, ROW)
     bias_keep, bias_ptr, bias_e = _bias_arg(bias)
     x, weight = x.contiguous(), weight.contiguous()
-    if d >= 0:
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if d < 0:  # the host call quantizes x into memory of its own
+        dev, stream, scratch, nbytes = CPU, None, None, 0
+    else:
+        dev, stream = _stream(d)
         x, weight = _aligned(x), _aligned(weight)
-    device = x.device
-    nbytes = scratch_size(m, k)
-    scratch = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    y = torch.empty((m, n), dtype=x.dtype, device=device)
-    count = N.linear_dyn(x.data_ptr(), xe, m, k, scratch.data_ptr(), nbytes, n, weight.data_ptr(), ws_ptr, ws_fmt,
-                         ws_bits, bias_ptr, bias_e, y.data_ptr(), xe, dev, stream)
-    note_fallbacks(count)
+        nbytes = N.linear_scratch_bytes(m, k)
+        scratch_keep = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+        scratch = scratch_keep.data_ptr()
+    note_fallbacks(N.linear_dyn(x.data_ptr(), xe, m, k, scratch, nbytes, n, weight.data_ptr(), ws_ptr, ws_fmt, ws_bits,
+                                bias_ptr, bias_e, y.data_ptr(), xe, dev, stream))
     return y
 
 

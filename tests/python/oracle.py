@@ -1,5 +1,6 @@
 """The independent side of the tests: tests/numpy_ref.py's quantizer, tests/crosscheck_cli.py's float64 block GEMM
-and safetensors code, and small numpy helpers that read the library's scale layouts without the library."""
+and safetensors code, the grouped (MoE) GEMM built from that block GEMM, and small numpy helpers that read and write
+the library's scale layouts without the library."""
 import ml_dtypes
 import numpy as np
 
@@ -9,7 +10,7 @@ from numpy_ref import BLOCK, quantize
 
 __all__ = ["ST_DTYPES", "TOLERANCE_CPU", "block_gemm", "calc_diff", "random_input", "st_read", "st_write", "BLOCK",
            "quantize", "BF16", "FP8", "NP_OUT", "TOL", "codes", "to_numpy", "from_numpy", "unpack_ue8m0",
-           "ulp_distance", "rel_err", "quantized_operands"]
+           "ulp_distance", "rel_err", "quantized_operands", "grouped_gemm", "pack_ue8m0", "grouped_operands"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -90,3 +91,51 @@ def quantized_operands(rng, m, n, k, ue8m0=False):
     qa, sa, _ = quantize(x, 1, ue8m0)
     qb, sb, _ = quantize(w, BLOCK, ue8m0)
     return qa.view(FP8), sa, qb.view(FP8), sb, x, w
+
+
+def grouped_gemm(qa, sa, qb, sb, m_indices=None, masked_m=None):
+    """The grouped GEMM in float64, each group's rows times its weight by block_gemm (docs/grouped.md). Contiguous
+    (m_indices int [m], -1 = padding): qa [m, K], sa [m, kb] -> [m, N]. Masked (masked_m int [G]): qa [G, max_m, K],
+    sa [G, max_m, kb] -> [G, max_m, N]. qb [G, N, K], sb [G, nb, kb]. Rows no group uses are NaN."""
+    groups, n = qb.shape[:2]
+    if m_indices is not None:
+        y = np.full((qa.shape[0], n), np.nan)
+        for g in range(groups):
+            rows = np.flatnonzero(np.asarray(m_indices) == g)
+            if rows.size:
+                y[rows] = block_gemm(codes(qa)[rows], np.asarray(sa)[rows], codes(qb[g]), sb[g], None)
+        return y
+    y = np.full(qa.shape[:2] + (n,), np.nan)
+    for g in range(groups):
+        used = int(masked_m[g])
+        if used:
+            y[g, :used] = block_gemm(codes(qa[g])[:used], np.asarray(sa[g])[:used], codes(qb[g]), sb[g], None)
+    return y
+
+
+def pack_ue8m0(scales):
+    """Power-of-two float32 scales [..., rows, kb] -> int32 [..., rows, ceil(kb/4)] holding their exponent bytes
+    (byte kb%4 of word kb/4), stored as the packed layout is: MN-major, each column 16-byte aligned (ld = rows rounded
+    up to 4), as SGLang and DeepGEMM allocate them."""
+    s = np.ascontiguousarray(scales, np.float32)
+    *lead, rows, kb = s.shape
+    words, ld = -(-kb // 4), -(-rows // 4) * 4
+    exps = np.full(tuple(lead) + (rows, words * 4), 127, np.uint32)  # the padding exponents: scale 1, never read
+    exps[..., :kb] = (s.view(np.uint32) >> 23) & 0xFF
+    packed = exps[..., 0::4] | exps[..., 1::4] << 8 | exps[..., 2::4] << 16 | exps[..., 3::4] << 24
+    buf = np.zeros(tuple(lead) + (words, ld), np.int32)
+    buf[..., :rows] = np.swapaxes(packed.view(np.int32), -1, -2)
+    return np.swapaxes(buf, -1, -2)[..., :rows, :]
+
+
+def grouped_operands(rng, groups, rows, n, k, masked, ue8m0=False):
+    """Random activations (contiguous [rows, K], masked [G, rows, K]) and G weights [G, N, K] quantized by the oracle:
+    (qa, sa, qb, sb) with fp8 codes and float32 row-major scales."""
+    x = rng.standard_normal(((groups, rows) if masked else (rows,)) + (k,)).astype(np.float32)
+    w = (rng.standard_normal((groups, n, k)) / np.sqrt(max(k, 1))).astype(np.float32)
+    qa, sa = zip(*(quantize(m, 1, ue8m0)[:2] for m in x.reshape(groups if masked else 1, rows, k)))
+    qb, sb = zip(*(quantize(m, BLOCK, ue8m0)[:2] for m in w))
+    qa, sa = np.stack(qa).view(FP8), np.stack(sa)
+    if not masked:
+        qa, sa = qa[0], sa[0]
+    return qa, sa, np.stack(qb).view(FP8), np.stack(sb)

@@ -5,7 +5,7 @@ import pytest
 
 import blockfp8
 from conftest import torch
-from oracle import BF16, FP8, from_numpy, quantized_operands
+from oracle import BF16, FP8, from_numpy, grouped_operands, quantized_operands
 
 FRAMEWORKS = ["numpy"] + (["torch"] if torch is not None else [])
 
@@ -108,12 +108,77 @@ def test_fp8_gemm_nt_bad_arguments(fw, ops):
         blockfp8.fp8_gemm_nt(a, b, fw(np.zeros((4, 200), np.int32)))
 
 
+def test_grouped_bad_arguments(fw, rng):
+    """m_grouped_fp8_gemm_nt_{contiguous,masked}: G = 3, max_m / m = 4, N = 200, K = 300."""
+    qa, sa, qb, sb = grouped_operands(rng, 3, 4, 200, 300, masked=True)
+    a, b, d = (fw(qa), fw(sa)), (fw(qb), fw(sb)), fw(np.zeros((3, 4, 200), BF16))
+    counts = fw(np.array([4, 0, 2], np.int32))
+
+    def masked(a=a, b=b, d=d, counts=counts, expected_m=2, **kw):
+        blockfp8.m_grouped_fp8_gemm_nt_masked(a, b, d, counts, expected_m, **kw)
+
+    masked()  # the valid call
+    with pytest.raises(TypeError, match="pair"):
+        masked(a=fw(qa))
+    with pytest.raises(TypeError, match="a must be float8_e4m3fn"):
+        masked(a=(fw(qa.astype(np.float32)), fw(sa)))
+    with pytest.raises(ValueError, match=r"b must be \[G, N, K\]"):
+        masked(b=(fw(qb[0]), fw(sb[0])))
+    with pytest.raises(ValueError, match="b has K=300, a has K=256"):
+        masked(a=(fw(qa[..., :256]), fw(sa[..., :2])))
+    with pytest.raises(ValueError, match="a has 2 groups, b has 3"):
+        masked(a=(fw(qa[:2]), fw(sa[:2])), d=fw(np.zeros((2, 4, 200), BF16)))
+    with pytest.raises(ValueError, match=r"sfa must be float32 \[3, 4, 3\]"):
+        masked(a=(fw(qa), fw(sa[:, :3])))
+    with pytest.raises(ValueError, match=r"sfb must be float32 \[3, 2, 3\]"):
+        masked(b=(fw(qb), fw(sb[:, :1])))
+    with pytest.raises(TypeError, match="sfb must be float32"):
+        masked(b=(fw(qb), fw(sb.astype(np.float16))))
+    with pytest.raises(ValueError, match=r"d must be \[3, 4, 200\]"):
+        masked(d=fw(np.zeros((3, 4, 199), BF16)))
+    with pytest.raises(TypeError, match="d must be float32|not supported"):
+        masked(d=fw(np.zeros((3, 4, 200), np.int32)))
+    with pytest.raises(ValueError, match="contiguous"):
+        masked(d=fw(np.zeros((3, 200, 4), BF16)).swapaxes(1, 2))
+    with pytest.raises(TypeError, match="masked_m must be int32"):
+        masked(counts=fw(np.array([4, 0, 2], np.float32)))
+    with pytest.raises(ValueError, match=r"masked_m must be int32 \[3\] \(one count per group\)"):
+        masked(counts=fw(np.array([4, 0], np.int32)))
+    with pytest.raises(ValueError, match="expected_m=-1 must be >= 0"):
+        masked(expected_m=-1)
+    with pytest.raises(TypeError, match="expected_m must be an int"):
+        masked(expected_m=2.5)
+    with pytest.raises(ValueError, match="recipe"):
+        masked(recipe=(1, 128, 64))
+
+    qa, sa, qb, sb = grouped_operands(rng, 3, 4, 200, 300, masked=False)
+    d = fw(np.zeros((4, 200), np.float32))
+    with pytest.raises(ValueError, match=r"a must be \[m, K\]"):
+        blockfp8.m_grouped_fp8_gemm_nt_contiguous((fw(qa[None]), fw(sa)), (fw(qb), fw(sb)), d,
+                                                  fw(np.zeros(4, np.int32)))
+    with pytest.raises(TypeError, match="m_indices must be int32, got .*int64"):
+        blockfp8.m_grouped_fp8_gemm_nt_contiguous((fw(qa), fw(sa)), (fw(qb), fw(sb)), d, fw(np.zeros(4, np.int64)))
+    with pytest.raises(ValueError, match=r"m_indices must be int32 \[4\]"):
+        blockfp8.m_grouped_fp8_gemm_nt_contiguous((fw(qa), fw(sa)), (fw(qb), fw(sb)), d, fw(np.zeros(5, np.int32)))
+    with pytest.raises(ValueError, match=r"sfa must be float32 \[4, 3\]"):
+        blockfp8.m_grouped_fp8_gemm_nt_contiguous((fw(qa), fw(sa[None])), (fw(qb), fw(sb)), d,
+                                                  fw(np.zeros(4, np.int32)))
+
+
 def test_mixed_frameworks_refused(ops):
     if torch is None:
         pytest.skip("needs torch")
     qa, sa, qb, sb, _, _ = ops
     with pytest.raises(TypeError, match="torch tensor"):
         blockfp8.w8a8_block_fp8_matmul(from_numpy(qa), qb, torch.from_numpy(sa), sb)
+    qa, sa, qb, sb = grouped_operands(np.random.default_rng(0), 2, 3, 128, 256, masked=False)
+    with pytest.raises(TypeError, match="torch tensor"):
+        blockfp8.m_grouped_fp8_gemm_nt_contiguous((from_numpy(qa), torch.from_numpy(sa)),
+                                                  (from_numpy(qb), torch.from_numpy(sb)), torch.zeros(3, 128),
+                                                  np.zeros(3, np.int32))
+    with pytest.raises(TypeError, match="m_indices must be a numpy array"):
+        blockfp8.m_grouped_fp8_gemm_nt_contiguous((qa, sa), (qb, sb), np.zeros((3, 128), np.float32),
+                                                  torch.zeros(3, dtype=torch.int32))
 
 
 def test_library_errors_carry_the_library_message(tmp_path):

@@ -23,9 +23,15 @@ def same(a, b, what=""):
     np.testing.assert_array_equal(a.view(f"u{a.dtype.itemsize}"), b.view(f"u{b.dtype.itemsize}"), err_msg=what)
 
 
-@pytest.fixture(params=["eager", "ops"])
+@pytest.fixture(params=["fast", "eager", "ops"])
 def path(request, monkeypatch):
-    """Run each test twice: public functions calling the implementations directly, and through torch.ops."""
+    """Each test three times: the public functions through the fast lane of _native.c (where torch has the DLPack
+    exchange API), calling the op's implementation directly (the eager Python path), and through torch.ops."""
+    if torch is None:
+        pytest.skip("needs torch")
+    if request.param == "fast" and not T.FAST_LANE:
+        pytest.skip("this torch has no DLPack exchange API: no fast lane")
+    monkeypatch.setattr(T, "FAST_LANE", T.FAST_LANE and request.param == "fast")
     monkeypatch.setattr(T, "_ALWAYS_OPS", request.param == "ops")
     return request.param
 
@@ -135,7 +141,7 @@ def test_non_contiguous_d_is_refused(rng, path):
 
 
 def test_ops_are_registered():
-    for name in ["quant_act", "quant_weight", "gemm", "gemm_out", "linear_dyn", "linear"]:
+    for name in ["quant_act", "quant_weight", "gemm", "gemm_out", "grouped_gemm", "linear_dyn", "linear"]:
         assert hasattr(torch.ops.blockfp8, name)
     # torch.library's check that the fake implementations agree with the real ones (its test_schema would
     # multiply fp8 tensors, which torch cannot do on the CPU).
@@ -234,3 +240,48 @@ def test_inference_only_outputs_never_require_grad(path):
     g = torch.compile(lambda x: blockfp8.apply_w8a8_block_fp8_linear(x, wq, [128, 128], ws), fullgraph=True,
                       backend="aot_eager")
     assert not g(x).requires_grad
+
+
+@pytest.mark.skipif(torch is None or not T.FAST_LANE, reason="no DLPack exchange API in this torch: no fast lane")
+def test_fast_lane_takes_plain_calls_and_declines_the_rest(rng):
+    """The fast lane of _native.c runs the calls that need nothing done to their tensors and returns None for
+    everything else (the Python path then copies, or raises with its message)."""
+    from blockfp8 import _native as N
+
+    x = torch.randn(3, 4, 300, dtype=torch.bfloat16)
+    wq, ws = blockfp8.per_block_quant_fp8(torch.randn(200, 300))
+    q, s = blockfp8.per_token_group_quant_fp8(x.view(12, 300), column_major_scales=True, scale_tma_aligned=True)
+    d = torch.empty(12, 200, dtype=torch.bfloat16)
+    assert isinstance(N.fast_gemm_out((q, s), [wq, ws], d), int)
+    y, count = N.fast_linear_dyn(x, wq, ws, torch.randn(200))
+    assert y.shape == (3, 4, 200) and y.dtype == torch.bfloat16 and isinstance(count, int) and not y.requires_grad
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.empty(12, 200, dtype=torch.bfloat16)
+    declined = {
+        "numpy": ((to_numpy(q), to_numpy(s)), (wq, ws), d),
+        "not a pair": (q, (wq, ws), d),
+        "non-contiguous a": ((q.t().contiguous().t(), s), (wq, ws), d),
+        "non-contiguous d": ((q, s), (wq, ws), torch.empty(200, 12, dtype=torch.bfloat16).t()),
+        "strides no layout describes": ((q, torch.zeros(12, 6)[:, ::2]), (wq, ws), d),
+        "wrong d": ((q, s), (wq, ws), d[:, :100]),
+        "int d": ((q, s), (wq, ws), d.to(torch.int32)),
+        "K mismatch": ((q[:, :256], s[:, :2]), (wq, ws), d),
+        "meta": ((q.to("meta"), s.to("meta")), (wq.to("meta"), ws.to("meta")), d.to("meta")),
+        "fake d": ((q, s), (wq, ws), fake),
+    }
+    for why, args in declined.items():
+        assert N.fast_gemm_out(*args) is None, why
+    assert N.fast_linear_dyn(x, wq, ws, torch.randn(100)) is None
+    assert N.fast_linear_dyn(x.float().numpy(), wq, ws, None) is None
+    assert N.fast_linear_dyn(x[..., ::2], wq[:, :150], torch.ones(2, 2), None) is None
+    counts = torch.tensor([3, 0, 2], dtype=torch.int32)
+    qb, sb = blockfp8.per_block_quant_fp8(torch.randn(3, 200, 300))
+    qm, sm = blockfp8.per_token_group_quant_fp8(x, column_major_scales=True, scale_tma_aligned=True)
+    dm = torch.empty(3, 4, 200)
+    assert isinstance(N.fast_grouped(blockfp8._c.MASKED, (qm, sm), (qb, sb), dm, counts, 2), int)
+    assert N.fast_grouped(blockfp8._c.MASKED, (qm, sm), (qb, sb), dm, counts.long(), 2) is None
+    assert N.fast_grouped(blockfp8._c.MASKED, (qm, sm), (qb, sb), dm, counts, -1) is None
+    assert N.fast_grouped(blockfp8._c.MASKED, (qm, sm), (qb, sb[:, :1]), dm, counts, 2) is None
+    assert N.fast_grouped(blockfp8._c.CONTIGUOUS, (qm, sm), (qb, sb), dm, counts, 0) is None
