@@ -175,7 +175,8 @@ def overhead(device, m, shapes, iters, experts):
         if deep_gemm is not None and device == "cuda":
             cases["fp8_gemm_nt"]["deep_gemm"] = lambda: deep_gemm.fp8_gemm_nt((q, s), (wq, ws), d)
         for fn_name, variants in cases.items():
-            result = {"function": fn_name, "m": m, "n": n, "k": k, "device": device}
+            # fast_lane: whether this torch offers the DLPack exchange API that _native.c's fast lane reads.
+            result = {"function": fn_name, "m": m, "n": n, "k": k, "device": device, "fast_lane": T.FAST_LANE}
             if fn_name.startswith("m_grouped"):
                 result["experts"] = experts
             medians, errors = host_times(variants, sync, iters)
