@@ -1032,26 +1032,33 @@ static PyObject *py_weight_read(PyObject *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
-/* linear(capsule, x, x_dtype, m, bias, bias_dtype, y, y_dtype, device, stream) -> fallback count */
-static PyObject *py_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The nine arguments of a linear call from args[0] on (x, x_dtype, m, bias, bias_dtype, y, y_dtype, device, stream):
+ * linear's and tp_linear's. */
+static int arg_linear_args(PyObject *const *args, bfp8_linear_args *out) {
     void *x, *bias, *y, *stream;
     int64_t m;
     int x_dtype, bias_dtype, y_dtype, device;
-    if (want_args("linear", nargs, 10) || arg_ptr(args[1], &x) || arg_int(args[2], &x_dtype) ||
-        arg_i64(args[3], &m) || arg_ptr(args[4], &bias) || arg_int(args[5], &bias_dtype) ||
-        arg_ptr(args[6], &y) || arg_int(args[7], &y_dtype) || arg_int(args[8], &device) ||
-        arg_ptr(args[9], &stream))
-        return NULL;
-    bfp8_weight *w = arg_weight(args[0]);
-    if (!w) return NULL;
-    bfp8_dispatcher *d = dispatcher();
-    if (!d) return NULL;
-    bfp8_linear_args la = {
+    if (arg_ptr(args[0], &x) || arg_int(args[1], &x_dtype) || arg_i64(args[2], &m) || arg_ptr(args[3], &bias) ||
+        arg_int(args[4], &bias_dtype) || arg_ptr(args[5], &y) || arg_int(args[6], &y_dtype) ||
+        arg_int(args[7], &device) || arg_ptr(args[8], &stream))
+        return -1;
+    *out = (bfp8_linear_args){
         .x = x, .x_dtype = (bfp8_dtype)x_dtype, .m = m,
         .bias = bias, .bias_dtype = (bfp8_dtype)bias_dtype,
         .y = y, .y_dtype = (bfp8_dtype)y_dtype,
         .device = (bfp8_device)device, .stream = stream,
     };
+    return 0;
+}
+
+/* linear(capsule, x, x_dtype, m, bias, bias_dtype, y, y_dtype, device, stream) -> fallback count */
+static PyObject *py_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    bfp8_linear_args la;
+    if (want_args("linear", nargs, 10) || arg_linear_args(args + 1, &la)) return NULL;
+    bfp8_weight *w = arg_weight(args[0]);
+    if (!w) return NULL;
+    bfp8_dispatcher *d = dispatcher();
+    if (!d) return NULL;
     bfp8_status st;
     Py_BEGIN_ALLOW_THREADS
     st = bfp8_linear(d, w, &la);
@@ -1171,24 +1178,15 @@ static PyObject *py_tp_traffic(PyObject *self, PyObject *const *args, Py_ssize_t
  *           communication); an address: bfp8_tp_linear on that ncclComm_t. */
 static PyObject *py_tp_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     bfp8_shard sh;
-    void *x, *bias, *y, *stream, *comm;
-    int64_t m;
-    int x_dtype, bias_dtype, y_dtype, device;
-    if (want_args("tp_linear", nargs, 17) || arg_shard(args, &sh) || arg_ptr(args[7], &x) ||
-        arg_int(args[8], &x_dtype) || arg_i64(args[9], &m) || arg_ptr(args[10], &bias) ||
-        arg_int(args[11], &bias_dtype) || arg_ptr(args[12], &y) || arg_int(args[13], &y_dtype) ||
-        arg_int(args[14], &device) || arg_ptr(args[15], &stream) || arg_ptr(args[16], &comm))
+    bfp8_linear_args la;
+    void *comm;
+    if (want_args("tp_linear", nargs, 17) || arg_shard(args, &sh) || arg_linear_args(args + 7, &la) ||
+        arg_ptr(args[16], &comm))
         return NULL;
     bfp8_weight *w = arg_weight(args[6]);
     if (!w) return NULL;
     bfp8_dispatcher *d = dispatcher();
     if (!d) return NULL;
-    bfp8_linear_args la = {
-        .x = x, .x_dtype = (bfp8_dtype)x_dtype, .m = m,
-        .bias = bias, .bias_dtype = (bfp8_dtype)bias_dtype,
-        .y = y, .y_dtype = (bfp8_dtype)y_dtype,
-        .device = (bfp8_device)device, .stream = stream,
-    };
     bfp8_status st;
     Py_BEGIN_ALLOW_THREADS
     st = comm ? bfp8_tp_linear(d, w, &sh, &la, comm) : bfp8_tp_linear_local(d, w, &sh, &la);

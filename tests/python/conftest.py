@@ -30,6 +30,21 @@ def pytest_report_header(config):
             f"torch {torch.__version__ if torch else 'absent'}; CUDA: {'yes' if cuda[0] else cuda[1]}"]
 
 
+@pytest.fixture(params=["fast", "eager", "ops"])
+def path(request, monkeypatch):
+    """A torch test three times: the public functions through the fast lane of _native.c (where torch has the DLPack
+    exchange API), calling the op's implementation directly (the eager Python path), and through torch.ops."""
+    if torch is None:
+        pytest.skip("needs torch")
+    from blockfp8 import _torch_path as T
+
+    if request.param == "fast" and not T.FAST_LANE:
+        pytest.skip("this torch has no DLPack exchange API: no fast lane")
+    monkeypatch.setattr(T, "FAST_LANE", T.FAST_LANE and request.param == "fast")
+    monkeypatch.setattr(T, "_ALWAYS_OPS", request.param == "ops")
+    return request.param
+
+
 @pytest.fixture
 def rng(request):
     # One stream per test, derived from the run's seed and the test's name, so a test replays alone.

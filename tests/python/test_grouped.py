@@ -233,19 +233,6 @@ def test_bad_contents_refused_before_any_write(rng, framework, bad):
 # ---------------------------------------------------------------------------------------------------------------
 # torch on CPU tensors
 # ---------------------------------------------------------------------------------------------------------------
-@pytest.fixture(params=["fast", "eager", "ops"])
-def path(request, monkeypatch):
-    """Each test three times: the public functions through the fast lane of _native.c (where torch has the DLPack
-    exchange API), calling the op's implementation directly (the eager Python path), and through torch.ops."""
-    if torch is None:
-        pytest.skip("needs torch")
-    if request.param == "fast" and not T.FAST_LANE:
-        pytest.skip("this torch has no DLPack exchange API: no fast lane")
-    monkeypatch.setattr(T, "FAST_LANE", T.FAST_LANE and request.param == "fast")
-    monkeypatch.setattr(T, "_ALWAYS_OPS", request.param == "ops")
-    return request.param
-
-
 @needs_torch
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("out", list(NP_OUT))

@@ -23,19 +23,6 @@ def same(a, b, what=""):
     np.testing.assert_array_equal(a.view(f"u{a.dtype.itemsize}"), b.view(f"u{b.dtype.itemsize}"), err_msg=what)
 
 
-@pytest.fixture(params=["fast", "eager", "ops"])
-def path(request, monkeypatch):
-    """Each test three times: the public functions through the fast lane of _native.c (where torch has the DLPack
-    exchange API), calling the op's implementation directly (the eager Python path), and through torch.ops."""
-    if torch is None:
-        pytest.skip("needs torch")
-    if request.param == "fast" and not T.FAST_LANE:
-        pytest.skip("this torch has no DLPack exchange API: no fast lane")
-    monkeypatch.setattr(T, "FAST_LANE", T.FAST_LANE and request.param == "fast")
-    monkeypatch.setattr(T, "_ALWAYS_OPS", request.param == "ops")
-    return request.param
-
-
 FLAGS = [(False, False, False), (True, False, False), (True, True, False), (True, True, True), (False, False, True)]
 
 
