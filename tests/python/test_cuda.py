@@ -80,7 +80,8 @@ def test_matmul_within_gpu_tolerance(out, mnk, aligned):
     assert rel_err(to_numpy(y.float()), want) <= GPU_TOL[out]
     if k >= 128:
         exact = x.double().cpu().numpy() @ w.double().cpu().numpy().T
-        assert calc_diff(to_numpy(y.float()).astype(np.float64), exact) < 1e-3
+        # held to the exact product of the same quantized inputs plus 1e-4 (docs/numerics.md), as test_numpy.py
+        assert calc_diff(to_numpy(y.float()).astype(np.float64), exact) <= calc_diff(want, exact) + 1e-4
     calls = blockfp8.stats()["calls"]
     assert sum(calls[b] for b in ("hopper", "cublaslt", "cuda_generic")) == 1 and calls["cpu"] == 0
 

@@ -42,7 +42,8 @@ def test_from_safetensors(tmp_path, rng, n, k, bias_dtype):
         exact = x.reshape(15, k).astype(np.float64) @ w.astype(np.float64).T
         if bias is not None:
             exact += bias.astype(np.float64)
-        assert calc_diff(y.reshape(15, n).astype(np.float64), exact) < 1e-3
+        # held to the exact product of the same quantized inputs plus 1e-4 (docs/numerics.md), as test_numpy.py
+        assert calc_diff(y.reshape(15, n).astype(np.float64), exact) <= calc_diff(want, exact) + 1e-4
     # The layer gives the bytes of apply_w8a8_block_fp8_linear on the same weight.
     same = blockfp8.apply_w8a8_block_fp8_linear(x, q, [128, 128], s, bias=bias)
     np.testing.assert_array_equal(y.view(np.uint16), same.view(np.uint16))

@@ -138,7 +138,11 @@ def test_matmul_cpu_tolerance(rng, out, shape):
     if np.linalg.norm(want) > 0:
         assert rel_err(y, want) <= TOL[out]
     if k >= 128:
-        assert calc_diff(y.astype(np.float64), x.astype(np.float64) @ w.astype(np.float64).T) < 1e-3
+        # Against the unquantized product, most of calc_diff is the data's FP8 quantization noise, which on a
+        # small output (1 x 129) passes 1e-3 about once in 30 draws: hold y to the exact product of the same
+        # quantized inputs plus 1e-4, as docs/numerics.md and the C tests do.
+        exact = x.astype(np.float64) @ w.astype(np.float64).T
+        assert calc_diff(y.astype(np.float64), exact) <= calc_diff(want, exact) + 1e-4
     assert blockfp8.stats()["calls"]["cpu"] == 1
 
 
