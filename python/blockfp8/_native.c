@@ -298,6 +298,19 @@ typedef struct scale_arg {
     uint32_t layouts;
 } scale_arg;
 
+/* The scale descriptors of an M x N x K GEMM's operands (one group's, for a grouped call), each in the first layout
+ * its tensor offers (pick_layouts may change it to another it offers). */
+static bfp8_status init_scales(bfp8_scales *a_scales, bfp8_scales *b_scales, scale_arg sa, scale_arg sb, int64_t m,
+                               int64_t n, int64_t k) {
+    const int64_t kblocks = ceil_div(k, BFP8_BLOCK);
+    bfp8_status st =
+        bfp8_scales_init(a_scales, (bfp8_scale_format)sa.format, first_layout(sa.layouts), m, kblocks, sa.data);
+    if (st == BFP8_OK)
+        st = bfp8_scales_init(b_scales, (bfp8_scale_format)sb.format, first_layout(sb.layouts),
+                              ceil_div(n, BFP8_BLOCK), kblocks, sb.data);
+    return st;
+}
+
 /* The calls of the Python paths (gemm, linear_dyn, grouped_gemm: integer arguments) and of the torch fast lane
  * (tensors read here): build the library's arguments, run with the GIL released, return the fallback count or
  * raise carrying the library's message. */
@@ -305,18 +318,13 @@ static PyObject *call_gemm(int64_t m, int64_t n, int64_t k, const void *a, scale
                            const void *bias, int bias_dtype, void *y, int y_dtype, int device, void *stream) {
     bfp8_dispatcher *d = dispatcher();
     if (!d) return NULL;
-    const int64_t kblocks = ceil_div(k, BFP8_BLOCK);
     bfp8_gemm_args g = {
         .m = m, .n = n, .k = k, .a = a, .b = b,
         .bias = bias, .bias_dtype = (bfp8_dtype)bias_dtype,
         .y = y, .y_dtype = (bfp8_dtype)y_dtype,
         .device = (bfp8_device)device, .stream = stream,
     };
-    bfp8_status st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)sa.format, first_layout(sa.layouts), m,
-                                      kblocks, sa.data);
-    if (st == BFP8_OK)
-        st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)sb.format, first_layout(sb.layouts),
-                              ceil_div(n, BFP8_BLOCK), kblocks, sb.data);
+    bfp8_status st = init_scales(&g.a_scales, &g.b_scales, sa, sb, m, n, k);
     if (st == BFP8_OK) {
         Py_BEGIN_ALLOW_THREADS
         st = pick_gemm_layouts(d, &g, sa.layouts, sb.layouts);
@@ -400,7 +408,6 @@ static PyObject *call_grouped(int layout, int64_t groups, int64_t m, int64_t n, 
     bfp8_dispatcher *d = dispatcher();
     if (!d) return NULL;
     const bool masked = layout == BFP8_GROUPED_MASKED;
-    const int64_t kblocks = ceil_div(k, BFP8_BLOCK);
     bfp8_grouped_gemm_args g = {
         .layout = (bfp8_grouped_layout)layout, .groups = groups, .m = m, .n = n, .k = k,
         .a = a, .m_indices = masked ? NULL : row_map, .masked_m = masked ? row_map : NULL,
@@ -408,11 +415,7 @@ static PyObject *call_grouped(int layout, int64_t groups, int64_t m, int64_t n, 
         .y = y, .y_dtype = (bfp8_dtype)y_dtype,
         .device = (bfp8_device)device, .stream = stream,
     };
-    bfp8_status st = bfp8_scales_init(&g.a_scales, (bfp8_scale_format)sa.format, first_layout(sa.layouts), m,
-                                      kblocks, sa.data);
-    if (st == BFP8_OK)
-        st = bfp8_scales_init(&g.b_scales, (bfp8_scale_format)sb.format, first_layout(sb.layouts),
-                              ceil_div(n, BFP8_BLOCK), kblocks, sb.data);
+    bfp8_status st = init_scales(&g.a_scales, &g.b_scales, sa, sb, m, n, k);
     if (st == BFP8_OK) {
         Py_BEGIN_ALLOW_THREADS
         if (several_layouts(sa.layouts, sb.layouts)) {
