@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Times DeepGEMM's fp8_gemm_nt and torch's block-scaled _scaled_mm on the DeepSeek-R1 table, for comparison with
-`blockfp8 bench` in the same run.
+`blockfp8 bench` in the same run, and (--baselines ...,blockfp8) blockfp8 itself in the same process on the same
+operands.
 
-    python3 bench/deepgemm_baseline.py --json OUT.json [--baselines deepgemm,scaled_mm] [--l2 clean|dirty]
+    python3 bench/deepgemm_baseline.py --json OUT.json [--baselines deepgemm,scaled_mm,blockfp8] [--l2 clean|dirty]
                                        [--m 1,16,...] [--shapes NxK,...] [--iters 50] [--warmup 5]
 
-Two baselines, each skipped with a message when this machine cannot run it (the script then exits 0):
+Three baselines, each skipped with a message when this machine cannot run it (the script then exits 0):
 - deepgemm: DeepGEMM's dense Hopper kernel, `deep_gemm.fp8_gemm_nt((a, sfa), (w, sfw), y)`, when `deep_gemm` can be
   imported. The activation scales are handed over in the MN-major, TMA-aligned layout it reads (so it runs no
   layout kernel inside the timed call), the weight scales row-major, bf16 out. Nothing of DeepGEMM is in this
@@ -17,6 +18,10 @@ Two baselines, each skipped with a message when this machine cannot run it (the 
   also timed with the copy of A into the padded buffer that a caller has to make: "torch_scaled_mm_pad" (the
   output needs no copy: its first M rows are a view). blockfp8's cublaslt backend pays that padding inside its call,
   so it is the like-for-like record there.
+- blockfp8: the Python package's `blockfp8.fp8_gemm_nt` (DeepGEMM's calling convention, the same operands and output
+  buffer as DeepGEMM's call) three ways: "blockfp8_hopper" and "blockfp8_cublaslt" under the strict policy for that
+  backend, "blockfp8_auto" under the default dispatcher. A backend that cannot run a cell says n/a with the reason.
+  Needs the package importable (PYTHONPATH=python after `python3 setup.py build_ext --inplace`).
 
 Timing mirrors cli_cuda_time (tools/cuda_timer.c), the method of `blockfp8 bench`: --warmup untimed
 calls, then before each of --iters timed calls the L2 is flushed by reading (clean, bench's default) or writing
@@ -164,6 +169,39 @@ class DeepGEMM:
         return self.y
 
 
+class BlockFP8:
+    """blockfp8.fp8_gemm_nt on DeepGEMM's operands, under the strict policy for one backend (None: auto)."""
+
+    def __init__(self, lib, backend, m, a, sa, w, sw):
+        self.lib, self.backend = lib, backend
+        self.name = "blockfp8_" + (backend or "auto")
+        self.a, self.w, self.sw = a, w, sw
+        self.sa = mn_major(sa, round_up(m, 4))
+        self.y = torch.empty(m, w.shape[0], device="cuda", dtype=torch.bfloat16)
+
+    def call(self):
+        if self.backend is None:
+            self.lib.fp8_gemm_nt((self.a, self.sa), (self.w, self.sw), self.y)
+            return
+        with self.lib.policy("strict", self.backend):
+            self.lib.fp8_gemm_nt((self.a, self.sa), (self.w, self.sw), self.y)
+
+    def output(self):
+        return self.y
+
+
+def load_blockfp8():
+    """The blockfp8 package with its CUDA backends, or (None, why)."""
+    try:
+        import blockfp8
+    except Exception as e:  # noqa: BLE001 - any failure to import means "not available here"
+        return None, f"blockfp8 cannot be imported ({type(e).__name__}: {e})"
+    ok, why = blockfp8.cuda_available()
+    if not ok:
+        return None, f"blockfp8 has no CUDA backend here ({why})"
+    return blockfp8, f"blockfp8 {getattr(blockfp8, '__version__', '?')}"
+
+
 def load_deepgemm():
     """DeepGEMM's dense FP8 entry point, or (None, why)."""
     try:
@@ -185,7 +223,8 @@ def write_json(path, records):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", required=True)
-    ap.add_argument("--baselines", default="deepgemm,scaled_mm", help="comma list of deepgemm, scaled_mm")
+    ap.add_argument("--baselines", default="deepgemm,scaled_mm",
+                    help="comma list of deepgemm, scaled_mm, blockfp8")
     ap.add_argument("--l2", choices=["clean", "dirty"], default="clean")
     ap.add_argument("--m", default="1,16,64,128,512,4096")
     ap.add_argument("--shapes", help="N x K pairs (default: the eight DeepSeek-R1 layers)")
@@ -194,8 +233,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0x7C1)
     a = ap.parse_args()
     wanted = [b for b in a.baselines.split(",") if b]
-    if not wanted or any(b not in ("deepgemm", "scaled_mm") for b in wanted):
-        sys.exit(f"deepgemm_baseline: --baselines {a.baselines!r}: expected a list of deepgemm, scaled_mm")
+    if not wanted or any(b not in ("deepgemm", "scaled_mm", "blockfp8") for b in wanted):
+        sys.exit(f"deepgemm_baseline: --baselines {a.baselines!r}: expected a list of deepgemm, scaled_mm, blockfp8")
     try:
         shapes = [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")] if a.shapes else DSR1
     except ValueError:
@@ -226,7 +265,12 @@ def main():
         if dg_fn is None:
             print(f"deepgemm_baseline: {dg_note}; DeepGEMM not timed")
     use_mm = "scaled_mm" in wanted
-    if dg_fn is None and not use_mm:
+    bf8, bf8_note = (None, "not asked for")
+    if "blockfp8" in wanted:
+        bf8, bf8_note = load_blockfp8()
+        if bf8 is None:
+            print(f"deepgemm_baseline: {bf8_note}; blockfp8 not timed")
+    if dg_fn is None and not use_mm and bf8 is None:
         write_json(a.json, records)
         return
 
@@ -235,7 +279,7 @@ def main():
     gen.manual_seed(a.seed)
     timer = Timer(a.l2)
     failures, mm_error = 0, None
-    print(f"# torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {dg_note}; L2 flushed {a.l2}, "
+    print(f"# torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {dg_note}, {bf8_note}; L2 flushed {a.l2}, "
           f"median of {a.iters} after {a.warmup}")
     print(f"{'backend':<20} {'M':>6} {'N':>6} {'K':>6} {'median_us':>10} {'TFLOP/s':>8} {'rel_err':>9}")
     for m in ms:
@@ -259,13 +303,16 @@ def main():
                     runs.append((mm, "call", ScaledMM.name, note))
                     if m % 4:
                         runs.append((mm, "call_with_pad", ScaledMM.name + "_pad", note + " inside the call"))
+            for backend in (("hopper", "cublaslt", None) if bf8 is not None else ()):
+                obj = BlockFP8(bf8, backend, m, qa, sa, qw, sw)
+                runs.append((obj, "call", obj.name, bf8_note + (f" strict {backend}" if backend else " auto")))
             for obj, method, name, note in runs:
                 fn = getattr(obj, method)
                 obj.output().fill_(float("nan"))  # poison: every element must be written
                 try:
                     fn()  # DeepGEMM compiles its kernel for the shape here
                     torch.cuda.synchronize()
-                except (RuntimeError, AssertionError) as e:
+                except (RuntimeError, AssertionError) as e:  # (blockfp8.Error derives from RuntimeError)
                     print(f"{name:<20} {m:6d} {n:6d} {k:6d} n/a: {str(e).strip().splitlines()[0]}", flush=True)
                     continue
                 err = rel_err(obj.output(), ref)
@@ -280,7 +327,7 @@ def main():
                                     tflops=flops / t / 1e6, gbs=nbytes / t / 1e3, config=note, rel_err=err,
                                     l2=a.l2))
             del runs, x, w, qa, sa, qw, sw, ref
-    write_json(a.json, records)
+            write_json(a.json, records)  # after every cell: a run cut short keeps what it measured
     if failures:
         print(f"deepgemm_baseline: {failures} cells missed the fp32 reference", file=sys.stderr)
         sys.exit(1)
