@@ -80,8 +80,8 @@ sanitize() {
     if [ "${GPU_CHECK_SANITIZER_QUICK:-0}" = 1 ]; then
         local cs="timeout 240 compute-sanitizer --error-exitcode 9 --tool"
         echo "== memcheck test_hopper --small"; $cs memcheck build/tests/test_hopper --small || return 1
-        echo "== memcheck test_hopper --small, wide kernel forced"
-        BFP8_HOPPER_TILE=256 $cs memcheck build/tests/test_hopper --small || return 1
+        echo "== memcheck test_hopper --small, stream-K forced"
+        BFP8_HOPPER_FORCE=stream-k $cs memcheck build/tests/test_hopper --small || return 1
         echo "== memcheck test_cuda_grouped"; $cs memcheck build/tests/test_cuda_grouped || return 1
         echo "== memcheck test_cuda (small)"; BFP8_TEST_SMALL=1 $cs memcheck build/tests/test_cuda || return 1
         echo "== racecheck test_hopper --small"; $cs racecheck build/tests/test_hopper --small || return 1
