@@ -291,6 +291,40 @@ static const struct {
      {    8, 36864,  7168, 132, 1, SWAP,   8,  1,  56,  360,  264, 32,   0, 0, 132, 0}},
 };
 
+/* CTA pairs under BFP8_HOPPER_PAIRS=1 (on the H200): pair units (ceil(P tiles / 2) x Q tiles), a grid of the 66
+ * clusters of two that fit; stream-K's runs give way to them; an odd P tile count (M=3900: 31 tiles) leaves the last
+ * pair's second tile past the matrix; not where clusters do not fit, nor with a K split or M <= 64. */
+static const struct {
+    const char *env;
+    plan_row row;
+    bool pairs;
+} kPairs[] = {
+    {"BFP8_HOPPER_PAIRS=1", { 4096,  7168, 16384, 132, 1, NORM, 128,  1, 128,  896,  896,  0,   0, 0, 132, 0}, true},
+    {"BFP8_HOPPER_PAIRS=1", { 4096,  2112,  7168, 132, 1, NORM, 128,  1,  56,  272,  272,  0,   0, 0, 132, 0}, true},
+    {"BFP8_HOPPER_PAIRS=1", { 3900,  7168,  2048, 132, 1, NORM, 128,  1,  16,  896,  896,  0,   0, 0, 132, 0}, true},
+    {"BFP8_HOPPER_PAIRS=1", {  512,  2112,  7168, 132, 1, NORM,  64,  1,  56,   66,   66,  0,   0, 0, 132, 0}, true},
+    {"BFP8_HOPPER_PAIRS=1,BFP8_HOPPER_TILE=64",
+     {  200,  7168,  2048, 132, 1, NORM,  64,  1,  16,  112,  112,  0,   0, 0, 132, 0}, true},
+    {"BFP8_HOPPER_PAIRS=1", { 4096,  7168, 16384, 132, 0, NORM, 128,  1, 128, 1792,    0,  0,   0, 0, 132, 0}, false},
+    {"BFP8_HOPPER_PAIRS=1", {   64,  7168, 16384, 132, 1, NORM,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0}, false},
+    {"BFP8_HOPPER_PAIRS=1", {  128,  2112,  7168, 132, 1, NORM,  64,  3,  19,   99,    0,  0,   0, 0,  99, 3}, false},
+};
+
+static void test_pairs(void) {
+    for (size_t i = 0; i < sizeof kPairs / sizeof kPairs[0]; i++) {
+        const bfp8_hopper_knobs knobs = knobs_of(kPairs[i].env);
+        char what[128];
+        snprintf(what, sizeof what, "plan under %s", kPairs[i].env);
+        check_row(&kPairs[i].row, &knobs, what);
+        const plan_row *r = &kPairs[i].row;
+        const bfp8_hopper_cluster_fit none = {{0}};
+        const bfp8_hopper_plan p =
+            bfp8_hopper_plan_make(r->m, r->n, r->k, r->sms, r->h200_fit ? &kH200ClusterFit : &none, &knobs);
+        CHECK(p.pairs == kPairs[i].pairs, "%s: M=%lld N=%lld K=%lld in CTA pairs %d, want %d", what, (long long)r->m,
+              (long long)r->n, (long long)r->k, (int)p.pairs, (int)kPairs[i].pairs);
+    }
+}
+
 static void test_forced(void) {
     for (size_t i = 0; i < sizeof kForced / sizeof kForced[0]; i++) {
         const bfp8_hopper_knobs knobs = knobs_of(kForced[i].env);
@@ -379,6 +413,9 @@ static void test_knobs(void) {
         CHECK(knobs_of(forces[i].env).force == forces[i].force, "'%s': force %d", forces[i].env,
               (int)knobs_of(forces[i].env).force);
     CHECK(knobs_of("BFP8_HOPPER_TRACE=1").trace && !knobs_of("BFP8_HOPPER_TRACE=0").trace, "BFP8_HOPPER_TRACE");
+    CHECK(knobs_of("BFP8_HOPPER_PAIRS=1").pairs == 1 && knobs_of("BFP8_HOPPER_PAIRS=0").pairs == -1 &&
+              knobs_of("BFP8_HOPPER_PAIRS=yes").pairs == 0 && d.pairs == 0,
+          "BFP8_HOPPER_PAIRS");
     CHECK(knobs_of("BFP8_LOG=dispatch+hopper").log_plans && !knobs_of("BFP8_LOG=dispatch").log_plans, "BFP8_LOG");
     /* The process's environment is read once, and the test runs under none of these (gpu-check's variants set
      * them for test_hopper, not for this binary). */
@@ -439,8 +476,10 @@ static void test_unit_grids(void) {
                                        "BFP8_HOPPER_TILE=128",
                                        "BFP8_HOPPER_TILE=swap",
                                        "BFP8_HOPPER_TILE=swap16",
-                                       "BFP8_HOPPER_SPLITS=3"};
-    int checked = 0, sliced = 0, stream_k = 0, in_clusters = 0, split = 0;
+                                       "BFP8_HOPPER_SPLITS=3",
+                                       "BFP8_HOPPER_PAIRS=1",
+                                       "BFP8_HOPPER_PAIRS=1,BFP8_HOPPER_TILE=64"};
+    int checked = 0, sliced = 0, stream_k = 0, in_clusters = 0, split = 0, pairs = 0;
     for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++) {
         const bfp8_hopper_knobs knobs = knobs_of(envs[e]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -454,18 +493,20 @@ static void test_unit_grids(void) {
                     CHECK(bfp8_hopper_plan_check_units(&p, ms[i], shapes[s][0], shapes[s][1], why, sizeof why),
                           "units of M=%lld N=%lld K=%lld on %d SMs under '%s': %s", (long long)ms[i],
                           (long long)shapes[s][0], (long long)shapes[s][1], sms[c], envs[e], why);
-                    CHECK(p.grid >= 1 && p.grid <= sms[c] && p.grid <= p.units, "grid %d of %d units on %d SMs",
-                          p.grid, p.units, sms[c]);
+                    CHECK(p.grid >= 1 && p.grid <= sms[c] && p.grid <= (p.pairs ? 2 : 1) * p.units,
+                          "grid %d of %d units on %d SMs", p.grid, p.units, sms[c]);
                     checked++;
                     sliced += p.slice_rows != 0, stream_k += p.sk_tiles != 0, in_clusters += p.csplit != 0;
-                    split += p.splits > 1 && !p.csplit;
+                    split += p.splits > 1 && !p.csplit, pairs += p.pairs;
                 }
     }
     /* The grid reaches every kind of plan. */
-    CHECK(sliced && stream_k && in_clusters && split, "plans with slices %d, stream-K %d, clusters %d, reduce %d",
-          sliced, stream_k, in_clusters, split);
-    printf("unit grids: %d plans checked (%d with row slices, %d stream-K, %d summed in clusters, %d reduced)\n",
-           checked, sliced, stream_k, in_clusters, split);
+    CHECK(sliced && stream_k && in_clusters && split && pairs,
+          "plans with slices %d, stream-K %d, clusters %d, reduce %d, pairs %d", sliced, stream_k, in_clusters, split,
+          pairs);
+    printf("unit grids: %d plans checked (%d with row slices, %d stream-K, %d summed in clusters, %d reduced, %d in "
+           "CTA pairs)\n",
+           checked, sliced, stream_k, in_clusters, split, pairs);
 }
 
 /* check_units must reject plans whose units miss or repeat outputs. */
@@ -497,6 +538,24 @@ static void test_check_units_rejects(void) {
             CHECK(!bfp8_hopper_plan_check_units(&bad[b], shapes[i].m, shapes[i].n, shapes[i].k, why, sizeof why) &&
                       why[0],
                   "%s with tampering %d accepted", shapes[i].what, b);
+        }
+    }
+    /* CTA pairs, with an even and an odd P tile count: a pair unit left out, a column of tiles, a pair row more. */
+    const bfp8_hopper_knobs pairs = knobs_of("BFP8_HOPPER_PAIRS=1");
+    static const int64_t pair_m[] = {4096, 3900};
+    for (size_t i = 0; i < 2; i++) {
+        const bfp8_hopper_plan good = bfp8_hopper_plan_make(pair_m[i], 7168, 2048, 132, &kH200ClusterFit, &pairs);
+        char why[256] = "";
+        CHECK(good.pairs && bfp8_hopper_plan_check_units(&good, pair_m[i], 7168, 2048, why, sizeof why),
+              "pairs at M=%lld: %s", (long long)pair_m[i], why);
+        bfp8_hopper_plan bad[3] = {good, good, good};
+        bad[0].units--, bad[0].whole_units--;
+        bad[1].q_tiles++;
+        bad[2].p_tiles -= 2;
+        for (int b = 0; b < 3; b++) {
+            why[0] = '\0';
+            CHECK(!bfp8_hopper_plan_check_units(&bad[b], pair_m[i], 7168, 2048, why, sizeof why) && why[0],
+                  "pairs at M=%lld with tampering %d accepted", (long long)pair_m[i], b);
         }
     }
 }
@@ -623,6 +682,7 @@ int main(void) {
     check_rows(kThresholds, sizeof kThresholds / sizeof kThresholds[0], "plan at a threshold");
     test_grid_fingerprint();
     test_forced();
+    test_pairs();
     test_knobs();
     test_defaults_and_lines();
     test_unit_grids();

@@ -131,12 +131,13 @@ __device__ __forceinline__ int tile_full_halves(const HopperParams &p, const Uni
 }
 #endif
 
-template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false, bool GROUPED = false>
+template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false, bool GROUPED = false, bool PAIRS = false>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ TensorMaps maps, const HopperParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(!STREAMK || (!SWAP && !CSPLIT), "stream-K runs the plain normal path only");
     static_assert(!GROUPED || (!SWAP && !CSPLIT && !STREAMK), "grouped GEMMs run the normal path's whole tiles");
+    static_assert(!PAIRS || (!SWAP && !CSPLIT && !STREAMK && !GROUPED), "CTA pairs run the normal path's whole tiles");
     /* Registers after setmaxnreg (128 x producer + 256 x consumer <= 64K): the GROUPED producer walks the units'
      * rows and slots too, and spilled at 24; its consumers do not spill at 232. */
     constexpr int kProducerRegs = GROUPED ? 40 : 24, kConsumerRegs = GROUPED ? 232 : 240;
@@ -176,16 +177,21 @@ __global__ void __launch_bounds__(kThreads, 1)
      * of one split together). The unit loops below are those of the other kernels, a walk in steps of the cluster
      * count, but a CSPLIT CTA runs exactly one unit: one cluster per tile (bfp8_hopper_params::csplit). */
     const int split_rank = CSPLIT ? (int)cluster_ctarank() : 0;
+    /* PAIRS: which of the pair's two P tiles this CTA computes, and which half of the weight tile it loads for both
+     * (bfp8_hopper_params::pairs). The cluster walks the pair units in steps of the cluster count. */
+    const int pair_rank = PAIRS ? (int)cluster_ctarank() : 0;
     /* Written out at each use as macros (#undef after the kernel): as variables, helpers or lambdas computed once,
      * they change the other kernels' code (checked in the SASS). */
-#define BFP8_U_FIRST (CSPLIT ? split_rank * p.tail_tiles.d + (int)cluster_id_x() : blockIdx.x)
+#define BFP8_U_FIRST                                                                                                   \
+    (CSPLIT ? split_rank * p.tail_tiles.d + (int)cluster_id_x() : PAIRS ? (int)cluster_id_x() : blockIdx.x)
 /* STREAMK: unit u of the walk, the stream-K pieces renumbered from the block index's run to the ticket's. */
 #define BFP8_SK_U(u) ((int)(u) >= p.whole_units ? (int)(u) - (int)blockIdx.x + sk_cta : (int)(u))
 #define BFP8_U_END (CSPLIT ? (split_rank + 1) * p.tail_tiles.d : p.units)
-#define BFP8_U_STEP (CSPLIT ? (int)cluster_count_x() : gridDim.x)
+#define BFP8_U_STEP (CSPLIT || PAIRS ? (int)cluster_count_x() : gridDim.x)
 /* Unit u of the walk. */
 #define BFP8_DECODE(u)                                                                                                 \
     (GROUPED ? bfp8_hopper_decode_grouped_tile(&p, (u))                                                                \
+     : PAIRS ? bfp8_hopper_pair_unit(&p, bfp8_hopper_decode_tile_unit(&p, (u), false), pair_rank)                      \
              : bfp8_hopper_decode_unit(&p, STREAMK ? BFP8_SK_U(u) : (u), kSlices, STREAMK))
 /* The rows a unit may store end at the matrix's (GROUPED: at the unit's p_end); a GROUPED contiguous pass stores only
  * the rows of its expert. */
@@ -208,10 +214,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto load_p = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
         load(tile, unit.p_cut ? &maps.p_last : &maps.p, kb * kBK, unit.p0, full, SWAP);
     };
-    /* GROUPED: the weights are one [groups * n, K] matrix, the unit's group a row offset. */
+    /* GROUPED: the weights are one [groups * n, K] matrix, the unit's group a row offset. PAIRS: this CTA's half of
+     * the tile (maps.q has BQ / 2 rows a box), multicast into the same place in both CTAs, completing bytes on each
+     * one's stage barrier; the other CTA loads the other half. */
     auto load_q = [&](uint32_t tile, uint32_t full, const Unit &unit, int kb) {
         const int row = GROUPED ? unit.group * (int)p.n + unit.qt * BQ : unit.qt * BQ;
-        load(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, row, full, !SWAP);
+        if (PAIRS)
+            tma_load_2d_multicast(tile + C::kPBytes + pair_rank * (BQ / 2 * kBK), &maps.q, kb * kBK,
+                                  row + pair_rank * (BQ / 2), full, 0x3);
+        else
+            load(tile + C::kPBytes, q_last(unit) ? &maps.q_last : &maps.q, kb * kBK, row, full, !SWAP);
     };
     /* Bytes that complete one of the unit's stages (boxes count whole, zero-filled rows included). */
     auto stage_bytes = [&](const Unit &unit) {
@@ -256,8 +268,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int s = 0; s < kStages; s++) {
             mbar_init(full0 + 8 * s, 1);
             /* One arrival per consumer warp: 256 per-thread arrivals on one barrier per K block cost shared-memory
-             * atomics for nothing. */
-            mbar_init(empty0 + 8 * s, p.one_consumer ? 4 : 8);
+             * atomics for nothing. PAIRS: the other CTA's consumer warps too (its producer writes half of each
+             * stage here). */
+            mbar_init(empty0 + 8 * s, PAIRS ? 16 : p.one_consumer ? 4 : 8);
         }
         /* A slot is filled by the producer warp's lane 0 and given back by every consumer thread (take_slot). */
         for (int s = 0; GROUPED && s < kUnitSlots; s++) {
@@ -274,7 +287,8 @@ __global__ void __launch_bounds__(kThreads, 1)
          * the loop, reached after the CTA's barrier, setmaxnreg and the producer's cold code, the first load
          * issues ~1.0 us after the CTA starts; from here 0.61-0.64. */
         const int entry_max = min(kStages, p.entry_stages);
-        if (!GROUPED && entry_max > 0 && (CSPLIT ? BFP8_U_FIRST < BFP8_U_END : (int)blockIdx.x < p.units)) {
+        /* (Not PAIRS: a multicast may not reach the other CTA before its barriers exist.) */
+        if (!GROUPED && !PAIRS && entry_max > 0 && (CSPLIT ? BFP8_U_FIRST < BFP8_U_END : (int)blockIdx.x < p.units)) {
             const Unit unit = bfp8_hopper_decode_unit(
                 &p, CSPLIT ? BFP8_U_FIRST : STREAMK ? BFP8_SK_U(blockIdx.x) : blockIdx.x, kSlices, STREAMK);
             if (trace) trace[kTraceUnitDecoded] = global_ns();
@@ -288,8 +302,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         }
     }
-    if (CSPLIT)
-        cluster_sync_relaxed(); /* every CTA of the cluster has started before one reads another's shared memory */
+    if (CSPLIT || PAIRS)
+        cluster_sync_relaxed(); /* every CTA of the cluster has its barriers before another reads or writes them */
     else
         __syncthreads();
     if (STREAMK) sk_cta = __shfl_sync(0xffffffffu, *sk_ticket_smem, 0); /* (warp-uniform, as entry_issued below) */
@@ -432,10 +446,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
         };
-        /* The stage's MMAs and scale reads are done: one arrival per warp gives it back. */
+        /* The stage's MMAs and scale reads are done: one arrival per warp gives it back (PAIRS: to both CTAs). */
+        const uint32_t peer_empty0 = PAIRS ? cluster_peer_addr(empty0, pair_rank ^ 1) : 0;
         auto release = [&](int st) {
             __syncwarp();
             if (lane == 0) mbar_arrive(empty0 + 8 * st);
+            if (PAIRS && lane == 1) mbar_arrive_remote(peer_empty0 + 8 * st);
         };
         /* total += partial * sa * sb. */
         auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb) {
@@ -847,8 +863,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         /* The last stores complete before the CTA exits. */
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all();
-        /* CSPLIT: no CTA exits while another still reads its shared memory (the arrival after its reads). */
+        /* CSPLIT: no CTA exits while another still reads its shared memory (the arrival after its reads). PAIRS: nor
+         * while the other's consumers may still arrive on its barriers. */
         if (CSPLIT) cluster_wait_acquire();
+        if (PAIRS) {
+            cluster_arrive_release();
+            cluster_wait_acquire();
+        }
     }
 #endif
 }

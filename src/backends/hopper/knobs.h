@@ -35,6 +35,9 @@ typedef struct bfp8_hopper_knobs {
      * row slices or stream-K (the sweeps that calibrate the split model); 0: the model decides. */
     int splits;
     bfp8_hopper_force force;
+    /* BFP8_HOPPER_PAIRS: "1" the pair kernels (bfp8_hopper_params::pairs) wherever they apply, "0" never; 0 here
+     * (unset): the plan rule. */
+    int pairs; /* 1, -1 or 0 */
     /* BFP8_HOPPER_TRACE=1 in a build made with `make HOPPER_TRACE=1`: the kernel stamps its timeline and each call
      * prints where its time went (synchronizes the stream: diagnosis only). */
     bool trace;

@@ -121,12 +121,13 @@ template <int BQ, bool SWAP, bool STREAMK = false, bool GROUPED = false> constex
 }
 
 /* Raises a kernel's dynamic shared-memory limit to what it uses, once (before its launch or an occupancy query). */
-template <int BQ, bool SWAP, bool CSPLIT, bool STREAMK = false, bool GROUPED = false> cudaError_t allow_kernel_smem() {
+template <int BQ, bool SWAP, bool CSPLIT, bool STREAMK = false, bool GROUPED = false, bool PAIRS = false>
+cudaError_t allow_kernel_smem() {
     static_assert(kernel_smem<BQ, SWAP, true>() <= kMaxSmem, "stream-K ticket");
     static_assert(kernel_smem<BQ, SWAP, false, true>() <= kMaxSmem, "grouped unit slots");
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (attr_set) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED>,
+    cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED, PAIRS>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          kernel_smem<BQ, SWAP, STREAMK, GROUPED>());
     attr_set = e == cudaSuccess;
@@ -134,20 +135,20 @@ template <int BQ, bool SWAP, bool CSPLIT, bool STREAMK = false, bool GROUPED = f
 }
 
 /* Launches a persistent grid of `grid` CTAs. */
-template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false, bool GROUPED = false>
+template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false, bool GROUPED = false, bool PAIRS = false>
 cudaError_t launch_kernel(const TensorMaps &maps, const HopperParams &hp, int grid, cudaStream_t stream) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED>;
+    auto kernel = hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED, PAIRS>;
     const int smem = kernel_smem<BQ, SWAP, STREAMK, GROUPED>();
-    cudaError_t e = allow_kernel_smem<BQ, SWAP, CSPLIT, STREAMK, GROUPED>();
+    cudaError_t e = allow_kernel_smem<BQ, SWAP, CSPLIT, STREAMK, GROUPED, PAIRS>();
     if (e != cudaSuccess) return e;
-    if (!hp.dependent && !CSPLIT) {
+    if (!hp.dependent && !CSPLIT && !PAIRS) {
         kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
         return cudaGetLastError();
     }
     /* A programmatic dependent of the kernel before it (bfp8_hopper_params::dependent). CSPLIT: the whole plan in
      * clusters of hp.csplit (csplit_fits only picks it where all of them fit at once: in waves it would be correct,
-     * clusters do not wait for each other, but slower than the reduce kernel). */
-    const KernelLaunch launch(grid, kThreads, smem, stream, hp.dependent, CSPLIT ? hp.csplit : 1);
+     * clusters do not wait for each other, but slower than the reduce kernel). PAIRS: in clusters of two. */
+    const KernelLaunch launch(grid, kThreads, smem, stream, hp.dependent, CSPLIT ? hp.csplit : PAIRS ? 2 : 1);
     return cudaLaunchKernelEx(&launch.cfg, kernel, maps, hp);
 }
 
@@ -162,6 +163,14 @@ cudaError_t launch_planned(const bfp8_hopper_plan &pl, const TensorMaps &maps, c
             return cudaErrorInvalidConfiguration;
         return pl.swap ? launch_kernel<8, true, true>(maps, hp, pl.units, stream)
                        : launch_kernel<64, false, true>(maps, hp, pl.units, stream);
+    }
+    if (pl.pairs) {
+        /* Whole tiles in clusters of two (bfp8_hopper_params::pairs). */
+        if (pl.swap || pl.splits != 1 || pl.sk_tiles || pl.grid % 2 || !hp.pairs || hp.q_last_rows ||
+            (pl.bq != 64 && pl.bq != 128))
+            return cudaErrorInvalidConfiguration;
+        return pl.bq == 64 ? launch_kernel<64, false, false, false, false, true>(maps, hp, pl.grid, stream)
+                           : launch_kernel<128, false, false, false, false, true>(maps, hp, pl.grid, stream);
     }
     if (pl.sk_tiles) {
         /* The grid is the runs, one CTA per SM (bfp8_hopper_params::sk_ctas); the whole tiles are a number of its
@@ -340,11 +349,13 @@ extern "C" bfp8_status bfp8_hopper_run(const bfp8_gemm_args *args, int sms) {
     TensorMaps maps;
     memset(&maps, 0, sizeof maps); /* the maps a plan does not use stay zero */
     BFP8_TRY(encode_map(&maps.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, kBP, true, "P"));
-    BFP8_TRY(encode_map(&maps.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK, (uint32_t)pl.bq, true,
-                        "Q"));
+    /* With CTA pairs each CTA loads half of the weight tile (bfp8_hopper_params::pairs); rows past the matrix are
+     * zero-filled then (a cut box would differ between the halves). */
+    BFP8_TRY(encode_map(&maps.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK,
+                        (uint32_t)(pl.pairs ? pl.bq / 2 : pl.bq), true, "Q"));
     /* The last tile's rows, in whole 8-row swizzle groups: a smaller box when the matrix ends inside the tile. */
     const int p_last_rows = bfp8_hopper_plan_p_box_rows(&pl, p_rows);
-    const int q_last_rows = bfp8_hopper_last_box_rows(q_rows, pl.bq);
+    const int q_last_rows = pl.pairs ? 0 : bfp8_hopper_last_box_rows(q_rows, pl.bq);
     if (p_last_rows)
         BFP8_TRY(encode_map(&maps.p_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK,
                             (uint32_t)p_last_rows, true, pl.slice_rows ? "P (row slice)" : "P (last tile)"));

@@ -227,6 +227,25 @@ static bfp8_hopper_plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int
 
 int64_t bfp8_hopper_normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_ceil_div(m, kBP) * bfp8_ceil_div(n, bq); }
 
+/* Pairs of P tiles in 2-CTA clusters, sharing each weight tile through TMA multicast (bfp8_hopper_params::pairs):
+ * for a normal plan of whole tiles (stream-K's runs give way to them) with both consumer warpgroups (M > 64), at
+ * least two P tiles, and clusters of two that fit on the device. */
+static bool pairs_apply(const bfp8_hopper_plan *pl, int64_t m, int sms, const bfp8_hopper_cluster_fit *fit) {
+    return !pl->swap && !pl->grouped && pl->splits == 1 && !pl->slice_rows && m > 64 && pl->p_tiles >= 2 &&
+           fit->clusters[2] > 0 && sms >= 2;
+}
+
+static bfp8_hopper_plan plan_pairs(bfp8_hopper_plan pl, int sms, const bfp8_hopper_cluster_fit *fit) {
+    const int units = (pl.p_tiles + 1) / 2 * pl.q_tiles; /* < 2^31: the tiles are */
+    int clusters = fit->clusters[2] < sms / 2 ? fit->clusters[2] : sms / 2;
+    if (units < clusters) clusters = units;
+    pl.pairs = true;
+    pl.sk_tiles = pl.sk_pieces = 0;
+    pl.units = pl.whole_units = units;
+    pl.grid = 2 * clusters;
+    return pl;
+}
+
 /* The tiling, from sweeps of the tilings on the DeepSeek-R1 table on the H200:
  *  - M <= 8: swapped, with an 8-token Q tile. Since a last tile loads only the rows that exist (edge boxes) and a
  *    normal tile with M <= 64 runs one consumer warpgroup (bfp8_hopper_params::one_consumer), the normal path is
@@ -240,12 +259,8 @@ int64_t bfp8_hopper_normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_cei
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
  *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
  * knobs->tile_* (BFP8_HOPPER_TILE) override the choice. */
-bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms, const bfp8_hopper_cluster_fit *fit,
-                                       const bfp8_hopper_knobs *knobs) {
-    static const bfp8_hopper_cluster_fit no_fit = {{0}};
-    const bfp8_hopper_knobs defaults = bfp8_hopper_knobs_default();
-    if (!fit) fit = &no_fit;
-    if (!knobs) knobs = &defaults;
+static bfp8_hopper_plan plan_normal_or_swapped(int64_t m, int64_t n, int64_t k, int sms,
+                                               const bfp8_hopper_cluster_fit *fit, const bfp8_hopper_knobs *knobs) {
     if (knobs->tile_forced && !knobs->tile_swap) return plan_tiling(false, knobs->tile_bq, m, n, k, sms, fit, knobs);
     if (m <= 8 || (knobs->tile_forced && m <= 128)) {
         int bq = 8;
@@ -263,6 +278,17 @@ bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms,
         if (swapped.slice_rows) return swapped;
     }
     return nrm;
+}
+
+bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms, const bfp8_hopper_cluster_fit *fit,
+                                       const bfp8_hopper_knobs *knobs) {
+    static const bfp8_hopper_cluster_fit no_fit = {{0}};
+    const bfp8_hopper_knobs defaults = bfp8_hopper_knobs_default();
+    if (!fit) fit = &no_fit;
+    if (!knobs) knobs = &defaults;
+    const bfp8_hopper_plan pl = plan_normal_or_swapped(m, n, k, sms, fit, knobs);
+    const bool pairs = knobs->pairs > 0;
+    return pairs && pairs_apply(&pl, m, sms, fit) ? plan_pairs(pl, sms, fit) : pl;
 }
 
 /* A grouped plan: the normal path's whole tiles, no K split. The groups' tiles usually fill the SMs by themselves
@@ -313,8 +339,8 @@ void bfp8_hopper_plan_describe(const bfp8_hopper_plan *pl, char *out, size_t siz
                  pl->grouped == BFP8_HOPPER_MASKED ? "masked" : "contiguous", pl->groups, pl->tile_rows);
     snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d%s) grid=%d%s",
              pl->grouped ? path : pl->swap ? "swapped" : "normal", pl->bq, pl->splits, pl->kb_per_split, pl->units,
-             pl->whole_units, extra,
-             pl->grid, pl->csplit ? " summed in clusters" : "");
+             pl->whole_units, extra, pl->grid,
+             pl->csplit ? " summed in clusters" : pl->pairs ? " in CTA pairs sharing weight tiles" : "");
 }
 
 int bfp8_hopper_last_box_rows(int64_t rows, int tile) {
@@ -348,10 +374,13 @@ void bfp8_hopper_params_set_units(bfp8_hopper_params *hp, const bfp8_hopper_plan
     hp->whole_units = pl->whole_units;
     hp->slice_rows = pl->slice_rows;
     hp->units = pl->units;
-    hp->tail_tiles = make_divisor(pl->p_tiles * pl->q_tiles - pl->whole_units);
+    /* The grid that decode_unit walks: the tiles, or with pairs the pair rows (bfp8_hopper_pair_unit). */
+    const int grid_p = pl->pairs ? (pl->p_tiles + 1) / 2 : pl->p_tiles;
+    hp->pairs = pl->pairs;
+    hp->tail_tiles = make_divisor(grid_p * pl->q_tiles - pl->whole_units);
     hp->group_units = make_divisor(kGroupP * pl->q_tiles);
-    hp->full_groups = pl->p_tiles / kGroupP;
-    hp->last_group_rows = make_divisor(pl->p_tiles % kGroupP);
+    hp->full_groups = grid_p / kGroupP;
+    hp->last_group_rows = make_divisor(grid_p % kGroupP);
     if (pl->sk_tiles) {
         const int64_t blocks = (int64_t)pl->sk_tiles * kblocks; /* < 2^31: plan_tiling */
         hp->sk_ctas = pl->grid;
@@ -498,6 +527,35 @@ static bool check_tile_unit(const bfp8_hopper_plan *pl, const bfp8_hopper_params
     return true;
 }
 
+/* check_units for pair unit `unit` (bfp8_hopper_params::pairs): the pair row and Q tile by plain division, then each
+ * CTA's tile; a second tile past the last P tile only where the P tile count is odd. */
+static bool check_pair_unit(const bfp8_hopper_plan *pl, const bfp8_hopper_params *hp, int unit,
+                            unsigned char *covered, char *why, size_t why_size) {
+    const int kblocks = hp->kblocks;
+    const bfp8_hopper_unit w = bfp8_hopper_decode_unit(hp, unit, false, false);
+    int row, qt;
+    tile_of(unit, (pl->p_tiles + 1) / 2, pl->q_tiles, &row, &qt);
+    if (w.pt != row || w.qt != qt || w.kb0 != 0 || w.kb1 != kblocks || w.partial) {
+        snprintf(why, why_size, "pair unit %d: decoded pair row %d Q %d K blocks [%d, %d), want row %d Q %d [0, %d)",
+                 unit, w.pt, w.qt, w.kb0, w.kb1, row, qt, kblocks);
+        return false;
+    }
+    for (int rank = 0; rank < 2; rank++) {
+        const bfp8_hopper_unit x = bfp8_hopper_pair_unit(hp, w, rank);
+        const int pt = 2 * row + rank;
+        const bool want_cut = hp->p_last_rows && pt == pl->p_tiles - 1;
+        if (x.pt != pt || x.qt != qt || x.p0 != pt * kBP || x.p_cut != want_cut ||
+            (pt >= pl->p_tiles && (pt != pl->p_tiles || pl->p_tiles % 2 == 0))) {
+            snprintf(why, why_size, "pair unit %d, CTA %d: P %d rows from %d (%s box), want P %d of %d", unit, rank,
+                     x.pt, x.p0, x.p_cut ? "cut" : "full", pt, pl->p_tiles);
+            return false;
+        }
+        for (int kb = 0; pt < pl->p_tiles && kb < kblocks; kb++)
+            count_once(&covered[((size_t)pt * pl->q_tiles + qt) * kblocks + kb]);
+    }
+    return true;
+}
+
 /* decode_unit (with the launch's divisors) against the same decode by plain division, and every (tile, K block)
  * covered by exactly one unit, the partial units exactly those whose columns the split-K reduce sums; with row slices
  * (the first units), every P row after the whole tiles in exactly one slice with the whole K range, each slice inside
@@ -532,6 +590,11 @@ bool bfp8_hopper_plan_check_units(const bfp8_hopper_plan *pl, int64_t m, int64_t
         snprintf(why, why_size, "row slices of %d in a plan they do not apply to", pl->slice_rows);
         ok = false;
     }
+    if (pl->pairs && (pl->swap || pl->splits != 1 || pl->slice_rows || pl->sk_tiles || pl->csplit || pl->grid % 2 ||
+                      pl->units != pl->whole_units || pl->units != (pl->p_tiles + 1) / 2 * pl->q_tiles)) {
+        snprintf(why, why_size, "CTA pairs in a plan they do not apply to");
+        ok = false;
+    }
     const int slices = pl->slice_rows ? pl->units - pl->whole_units : 0; /* units [0, slices), then the whole tiles */
     for (int unit = 0; ok && unit < pl->units; unit++) {
         if (unit < slices) {
@@ -548,6 +611,8 @@ bool bfp8_hopper_plan_check_units(const bfp8_hopper_plan *pl, int64_t m, int64_t
                 ok = false;
             }
             for (int64_t r = p0; ok && r < p_end; r++) count_once(&rows_sliced[r]);
+        } else if (pl->pairs) {
+            ok = check_pair_unit(pl, &hp, unit, covered, why, why_size);
         } else if (pl->sk_tiles && unit >= pl->whole_units) {
             ok = check_stream_k_piece(pl, &hp, unit, covered, stored, why, why_size);
         } else {

@@ -39,6 +39,9 @@ typedef struct bfp8_hopper_plan {
     /* A grouped plan (bfp8_hopper_params::grouped; BFP8_HOPPER_DENSE in the others): its groups, and the P rows of a
      * tile (masked: 64 where one consumer warpgroup runs it, else 128). Masked plans count p_tiles per group. */
     int grouped, groups, tile_rows;
+    /* Whole tiles run by the PAIRS kernels (bfp8_hopper_params::pairs): units are pairs of P tiles, grid the CTAs of
+     * the clusters of two that run them. */
+    bool pairs;
 } bfp8_hopper_plan;
 
 /* The plan for M x N x K on `sms` SMs where `fit` clusters fit (NULL: none), with `knobs` (NULL: the defaults). */

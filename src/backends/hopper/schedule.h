@@ -146,6 +146,16 @@ typedef struct bfp8_hopper_params {
     bfp8_hopper_divisor q_tile_div, group_div; /* masked decode: by q_tiles and by groups */
     const int *m_indices; /* contiguous: [p_rows], -1 (or anything outside [0, groups)) = a padding row */
     const int *masked_m;  /* masked: [groups] */
+    /* PAIRS kernels (normal path, whole tiles): the CTAs run in clusters of two, and the two CTAs of a cluster compute
+     * the P tiles 2i and 2i + 1 of the same Q tile at the same time. Each loads its own activation tile and one half
+     * of the shared weight tile, which TMA multicasts into both CTAs' shared memory, so the weight tiles cross from
+     * the L2 once per pair instead of once per tile (a quarter of the kernel's L2-to-SM traffic). A stage is reused
+     * only once the consumers of both CTAs are done with it: each consumer warp arrives on the stage's empty barrier in
+     * its own CTA and in the other. The units are pair units: decode_unit over a grid of ceil(p_tiles / 2) pair rows
+     * (its divisors computed over that grid), then bfp8_hopper_pair_unit for the CTA's rank. With an odd P tile count
+     * the last pair's second tile lies past the matrix: that CTA loads zero-filled activations, still serves its half
+     * of the weight tile, and stores nothing. 0 in the other kernels. */
+    int pairs;
 } bfp8_hopper_params;
 
 /* A work unit: (P tile, Q tile, split) and its K-block range [kb0, kb1); partial: the unit writes fp32 partial sums
@@ -239,6 +249,15 @@ BFP8_HOPPER_HD bfp8_hopper_unit bfp8_hopper_decode_unit(const bfp8_hopper_params
         return w;
     }
     return bfp8_hopper_decode_tile_unit(p, u, stream_k);
+}
+
+/* PAIRS kernels (bfp8_hopper_params::pairs): the tile of the cluster's CTA `rank` (0 or 1) in pair unit w, decoded
+ * over the pair rows. */
+BFP8_HOPPER_HD bfp8_hopper_unit bfp8_hopper_pair_unit(const bfp8_hopper_params *p, bfp8_hopper_unit w, int rank) {
+    w.pt = 2 * w.pt + rank;
+    w.p0 = w.pt * BFP8_HOPPER_BP;
+    w.p_cut = p->p_last_rows && w.pt == p->p_tiles - 1;
+    return w;
 }
 
 /* The tile of unit u of a GROUPED launch (bfp8_hopper_params::grouped), before its rows are known: masked, its
