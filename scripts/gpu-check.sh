@@ -58,7 +58,7 @@ step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/
 # GPU_CHECK_VARIANTS="...".
 hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
     BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_FORCE=last-wave-split BFP8_HOPPER_FORCE=slices BFP8_HOPPER_FORCE=stream-k
-    BFP8_HOPPER_SPLITS=3"}
+    BFP8_HOPPER_SPLITS=3 BFP8_HOPPER_TALL=1"}
 variants() {
     local v rc=0
     for v in $hopper_variants; do
@@ -96,7 +96,7 @@ sanitize() {
         BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda_grouped ||
             return 1
         # Plans the default does not reach on the small cases.
-        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_FORCE=stream-k; do
+        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_FORCE=stream-k BFP8_HOPPER_TALL=1; do
             echo "== $v"
             env $(echo "$v" | tr , ' ') timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
                 build/tests/test_hopper --small || return 1

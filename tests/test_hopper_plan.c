@@ -379,6 +379,7 @@ static void test_knobs(void) {
         CHECK(knobs_of(forces[i].env).force == forces[i].force, "'%s': force %d", forces[i].env,
               (int)knobs_of(forces[i].env).force);
     CHECK(knobs_of("BFP8_HOPPER_TRACE=1").trace && !knobs_of("BFP8_HOPPER_TRACE=0").trace, "BFP8_HOPPER_TRACE");
+    CHECK(knobs_of("BFP8_HOPPER_TALL=1").tall && !knobs_of("BFP8_HOPPER_TALL=0").tall && !d.tall, "BFP8_HOPPER_TALL");
     CHECK(knobs_of("BFP8_LOG=dispatch+hopper").log_plans && !knobs_of("BFP8_LOG=dispatch").log_plans, "BFP8_LOG");
     /* The process's environment is read once, and the test runs under none of these (gpu-check's variants set
      * them for test_hopper, not for this binary). */
@@ -439,8 +440,9 @@ static void test_unit_grids(void) {
                                        "BFP8_HOPPER_TILE=128",
                                        "BFP8_HOPPER_TILE=swap",
                                        "BFP8_HOPPER_TILE=swap16",
-                                       "BFP8_HOPPER_SPLITS=3"};
-    int checked = 0, sliced = 0, stream_k = 0, in_clusters = 0, split = 0;
+                                       "BFP8_HOPPER_SPLITS=3",
+                                       "BFP8_HOPPER_TALL=1"};
+    int checked = 0, sliced = 0, stream_k = 0, in_clusters = 0, split = 0, tall = 0;
     for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++) {
         const bfp8_hopper_knobs knobs = knobs_of(envs[e]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -458,14 +460,19 @@ static void test_unit_grids(void) {
                           p.grid, p.units, sms[c]);
                     checked++;
                     sliced += p.slice_rows != 0, stream_k += p.sk_tiles != 0, in_clusters += p.csplit != 0;
-                    split += p.splits > 1 && !p.csplit;
+                    split += p.splits > 1 && !p.csplit, tall += p.tall;
+                    if (p.tall)
+                        CHECK(ms[i] > 128 && p.p_tiles == (ms[i] + 255) / 256 && p.splits == 1,
+                              "tall plan at M=%lld: %d P tiles, %d splits", (long long)ms[i], p.p_tiles, p.splits);
                 }
     }
     /* The grid reaches every kind of plan. */
-    CHECK(sliced && stream_k && in_clusters && split, "plans with slices %d, stream-K %d, clusters %d, reduce %d",
-          sliced, stream_k, in_clusters, split);
-    printf("unit grids: %d plans checked (%d with row slices, %d stream-K, %d summed in clusters, %d reduced)\n",
-           checked, sliced, stream_k, in_clusters, split);
+    CHECK(sliced && stream_k && in_clusters && split && tall,
+          "plans with slices %d, stream-K %d, clusters %d, reduce %d, tall %d", sliced, stream_k, in_clusters, split,
+          tall);
+    printf("unit grids: %d plans checked (%d with row slices, %d stream-K, %d summed in clusters, %d reduced, %d "
+           "tall)\n",
+           checked, sliced, stream_k, in_clusters, split, tall);
 }
 
 /* check_units must reject plans whose units miss or repeat outputs. */

@@ -35,6 +35,8 @@ typedef struct bfp8_hopper_knobs {
      * row slices or stream-K (the sweeps that calibrate the split model); 0: the model decides. */
     int splits;
     bfp8_hopper_force force;
+    /* BFP8_HOPPER_TALL=1: the tall kernel's 256 x 128 whole tiles wherever M > 128. */
+    bool tall;
     /* BFP8_HOPPER_TRACE=1 in a build made with `make HOPPER_TRACE=1`: the kernel stamps its timeline and each call
      * prints where its time went (synchronizes the stream: diagnosis only). */
     bool trace;

@@ -16,6 +16,7 @@
 #include "backends/hopper/epilogue.cuh"
 #include "backends/hopper/hopper.h"
 #include "backends/hopper/kernel.cuh"
+#include "backends/hopper/kernel_tall.cuh"
 extern "C" {
 #include "backends/cuda/cuda_glue.h" /* device info, stream-ordered scratch, bfp8_fail */
 }
@@ -162,6 +163,20 @@ cudaError_t launch_planned(const bfp8_hopper_plan &pl, const TensorMaps &maps, c
             return cudaErrorInvalidConfiguration;
         return pl.swap ? launch_kernel<8, true, true>(maps, hp, pl.units, stream)
                        : launch_kernel<64, false, true>(maps, hp, pl.units, stream);
+    }
+    if (pl.tall) {
+        /* Whole 256 x 128 tiles (kernel_tall.cuh). */
+        if (pl.swap || pl.splits != 1 || pl.bq != 128 || pl.units != pl.whole_units || hp.workspace)
+            return cudaErrorInvalidConfiguration;
+        static bool attr_set = false; /* idempotent: a race only sets it twice */
+        if (!attr_set) {
+            const cudaError_t e = cudaFuncSetAttribute(hopper_tall_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       TallConfig::kSmemBytes);
+            if (e != cudaSuccess) return e;
+            attr_set = true;
+        }
+        const KernelLaunch launch(pl.grid, kThreads, TallConfig::kSmemBytes, stream, hp.dependent, 1);
+        return cudaLaunchKernelEx(&launch.cfg, hopper_tall_kernel, maps, hp);
     }
     if (pl.sk_tiles) {
         /* The grid is the runs, one CTA per SM (bfp8_hopper_params::sk_ctas); the whole tiles are a number of its
@@ -339,7 +354,8 @@ extern "C" bfp8_status bfp8_hopper_run(const bfp8_gemm_args *args, int sms) {
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
     TensorMaps maps;
     memset(&maps, 0, sizeof maps); /* the maps a plan does not use stay zero */
-    BFP8_TRY(encode_map(&maps.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, kBP, true, "P"));
+    const uint32_t p_box = pl.tall ? BFP8_HOPPER_TALL_BP : kBP; /* P rows a tile */
+    BFP8_TRY(encode_map(&maps.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, p_box, true, "P"));
     BFP8_TRY(encode_map(&maps.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK, (uint32_t)pl.bq, true,
                         "Q"));
     /* The last tile's rows, in whole 8-row swizzle groups: a smaller box when the matrix ends inside the tile. */
@@ -352,7 +368,7 @@ extern "C" bfp8_status bfp8_hopper_run(const bfp8_gemm_args *args, int sms) {
         BFP8_TRY(encode_map(&maps.q_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK,
                             (uint32_t)q_last_rows, true, "Q (last tile)"));
     BFP8_TRY(encode_map(&maps.sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, args->a_scales.data, kblocks, sa_ld, sa_ld,
-                        pl.swap ? (uint32_t)pl.bq : (uint32_t)kBP, 1, false, "activation scales"));
+                        pl.swap ? (uint32_t)pl.bq : p_box, 1, false, "activation scales"));
 
     HopperParams hp = {};
     hp.m = m;

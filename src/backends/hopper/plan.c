@@ -240,12 +240,31 @@ int64_t bfp8_hopper_normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_cei
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
  *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
  * knobs->tile_* (BFP8_HOPPER_TILE) override the choice. */
+/* The tall kernel's plan: whole 256 x 128 tiles, P tile fastest in groups of 8 as the other normal plans. */
+static bfp8_hopper_plan plan_tall(int64_t m, int64_t n, int sms) {
+    bfp8_hopper_plan pl = {0};
+    pl.tall = true;
+    pl.bq = 128;
+    pl.p_tiles = (int)bfp8_ceil_div(m, BFP8_HOPPER_TALL_BP);
+    pl.q_tiles = (int)bfp8_ceil_div(n, pl.bq);
+    pl.splits = 1;
+    const int64_t tiles = (int64_t)pl.p_tiles * pl.q_tiles; /* < 2^31: the backend's limits */
+    pl.units = pl.whole_units = (int)tiles;
+    pl.grid = (int)(tiles < sms ? tiles : sms);
+    return pl;
+}
+
 bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms, const bfp8_hopper_cluster_fit *fit,
                                        const bfp8_hopper_knobs *knobs) {
     static const bfp8_hopper_cluster_fit no_fit = {{0}};
     const bfp8_hopper_knobs defaults = bfp8_hopper_knobs_default();
     if (!fit) fit = &no_fit;
     if (!knobs) knobs = &defaults;
+    if (knobs->tall && m > 128) {
+        bfp8_hopper_plan pl = plan_tall(m, n, sms);
+        pl.kb_per_split = (int)bfp8_ceil_div(k, kBK);
+        return pl;
+    }
     if (knobs->tile_forced && !knobs->tile_swap) return plan_tiling(false, knobs->tile_bq, m, n, k, sms, fit, knobs);
     if (m <= 8 || (knobs->tile_forced && m <= 128)) {
         int bq = 8;
@@ -314,7 +333,7 @@ void bfp8_hopper_plan_describe(const bfp8_hopper_plan *pl, char *out, size_t siz
     snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d%s) grid=%d%s",
              pl->grouped ? path : pl->swap ? "swapped" : "normal", pl->bq, pl->splits, pl->kb_per_split, pl->units,
              pl->whole_units, extra,
-             pl->grid, pl->csplit ? " summed in clusters" : "");
+             pl->grid, pl->csplit ? " summed in clusters" : pl->tall ? " on 256-row tiles (tall kernel)" : "");
 }
 
 int bfp8_hopper_last_box_rows(int64_t rows, int tile) {
@@ -324,7 +343,7 @@ int bfp8_hopper_last_box_rows(int64_t rows, int tile) {
 }
 
 int bfp8_hopper_plan_p_box_rows(const bfp8_hopper_plan *pl, int64_t p_rows) {
-    return pl->slice_rows ? pl->slice_rows : bfp8_hopper_last_box_rows(p_rows, kBP);
+    return pl->slice_rows ? pl->slice_rows : bfp8_hopper_last_box_rows(p_rows, pl->tall ? BFP8_HOPPER_TALL_BP : kBP);
 }
 
 /* The divisor of d (1 <= d < 2^31; 0 is taken as 1, for a count that no unit divides by). */
@@ -458,7 +477,9 @@ static bool check_stream_k_piece(const bfp8_hopper_plan *pl, const bfp8_hopper_p
 static bool check_tile_unit(const bfp8_hopper_plan *pl, const bfp8_hopper_params *hp, int unit, int u,
                             int64_t p_rows, unsigned char *covered, char *why, size_t why_size) {
     const int kblocks = hp->kblocks;
-    const bfp8_hopper_unit w = bfp8_hopper_decode_unit(hp, unit, !pl->sk_tiles, pl->sk_tiles != 0);
+    bfp8_hopper_unit w = bfp8_hopper_decode_unit(hp, unit, !pl->sk_tiles, pl->sk_tiles != 0);
+    if (pl->tall) w = bfp8_hopper_tall_unit(hp, w);
+    const int tile_rows = pl->tall ? BFP8_HOPPER_TALL_BP : kBP;
     /* The reference: plain division. */
     const bool whole = u < pl->whole_units;
     const int tail = pl->p_tiles * pl->q_tiles - pl->whole_units, v = u - pl->whole_units;
@@ -477,9 +498,10 @@ static bool check_tile_unit(const bfp8_hopper_plan *pl, const bfp8_hopper_params
     /* The cut box only for a last tile that the matrix ends inside; never for a whole tile beside slices (their box
      * is the slices'). */
     const bool want_cut = hp->p_last_rows && pt == pl->p_tiles - 1 && !pl->slice_rows;
-    if (w.p0 != pt * kBP || w.p_end != p_rows || w.p_cut != want_cut) {
+    if (w.p0 != pt * tile_rows || w.p_end != p_rows || w.p_cut != want_cut) {
         snprintf(why, why_size, "unit %d: tile rows [%d, %d) with the %s box, want [%d, %lld) with the %s box", unit,
-                 w.p0, w.p_end, w.p_cut ? "cut" : "full", pt * kBP, (long long)p_rows, want_cut ? "cut" : "full");
+                 w.p0, w.p_end, w.p_cut ? "cut" : "full", pt * tile_rows, (long long)p_rows,
+                 want_cut ? "cut" : "full");
         return false;
     }
     if (pt < 0 || pt >= pl->p_tiles || qt < 0 || qt >= pl->q_tiles || kb0 >= kb1) {
@@ -530,6 +552,11 @@ bool bfp8_hopper_plan_check_units(const bfp8_hopper_plan *pl, int64_t m, int64_t
     if (pl->slice_rows &&
         (!pl->swap || pl->q_tiles != 1 || pl->csplit || pl->splits != 1 || kBP % pl->slice_rows != 0)) {
         snprintf(why, why_size, "row slices of %d in a plan they do not apply to", pl->slice_rows);
+        ok = false;
+    }
+    if (pl->tall && (pl->swap || pl->splits != 1 || pl->csplit || pl->slice_rows || pl->sk_tiles || pl->bq != 128 ||
+                     pl->units != pl->p_tiles * pl->q_tiles || pl->whole_units != pl->units)) {
+        snprintf(why, why_size, "the tall kernel in a plan it does not run (it runs whole 256 x 128 tiles)");
         ok = false;
     }
     const int slices = pl->slice_rows ? pl->units - pl->whole_units : 0; /* units [0, slices), then the whole tiles */

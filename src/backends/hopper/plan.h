@@ -39,6 +39,8 @@ typedef struct bfp8_hopper_plan {
     /* A grouped plan (bfp8_hopper_params::grouped; BFP8_HOPPER_DENSE in the others): its groups, and the P rows of a
      * tile (masked: 64 where one consumer warpgroup runs it, else 128). Masked plans count p_tiles per group. */
     int grouped, groups, tile_rows;
+    /* Whole 256 x 128 tiles on the tall kernel (kernel_tall.cuh); p_tiles counts 256-row tiles then. */
+    bool tall;
 } bfp8_hopper_plan;
 
 /* The plan for M x N x K on `sms` SMs where `fit` clusters fit (NULL: none), with `knobs` (NULL: the defaults). */

@@ -18,6 +18,7 @@ enum {
     BFP8_HOPPER_BP = 128,     /* P rows per tile: two consumer warpgroups of 64 */
     BFP8_HOPPER_GROUP_P = 8,  /* rasterization: groups of 8 P tiles walk Q together (L2 reuse) */
     BFP8_HOPPER_MAX_SPLIT_CLUSTER = 8, /* the largest cluster that sums K splits: the portable cluster size */
+    BFP8_HOPPER_TALL_BP = 256,         /* P rows per tile of the tall kernel (kernel_tall.cuh) */
 };
 
 /* bfp8_hopper_params::grouped: a dense GEMM, or a grouped (MoE) one in one of DeepGEMM's layouts (docs/grouped.md). */
@@ -239,6 +240,13 @@ BFP8_HOPPER_HD bfp8_hopper_unit bfp8_hopper_decode_unit(const bfp8_hopper_params
         return w;
     }
     return bfp8_hopper_decode_tile_unit(p, u, stream_k);
+}
+
+/* The tall kernel (bfp8_hopper_plan::tall): unit w of decode_tile_unit, whose P tiles are 256 rows there. */
+BFP8_HOPPER_HD bfp8_hopper_unit bfp8_hopper_tall_unit(const bfp8_hopper_params *p, bfp8_hopper_unit w) {
+    w.p0 = w.pt * BFP8_HOPPER_TALL_BP;
+    w.p_cut = p->p_last_rows && w.pt == p->p_tiles - 1;
+    return w;
 }
 
 /* The tile of unit u of a GROUPED launch (bfp8_hopper_params::grouped), before its rows are known: masked, its
