@@ -18,8 +18,8 @@ Three baselines, each skipped with a message when this machine cannot run it (th
   also timed with the copy of A into the padded buffer that a caller has to make: "torch_scaled_mm_pad" (the
   output needs no copy: its first M rows are a view). blockfp8's cublaslt backend pays that padding inside its call,
   so it is the like-for-like record there.
-- blockfp8: the Python package's `blockfp8.fp8_gemm_nt` (DeepGEMM's calling convention, the same operands and output
-  buffer as DeepGEMM's call) three ways: "blockfp8_hopper" and "blockfp8_cublaslt" under the strict policy for that
+- blockfp8: the Python package's `blockfp8.fp8_gemm_nt` (DeepGEMM's calling convention, the same operands and scale
+  layouts as DeepGEMM's call) three ways: "blockfp8_hopper" and "blockfp8_cublaslt" under the strict policy for that
   backend, "blockfp8_auto" under the default dispatcher. A backend that cannot run a cell says n/a with the reason.
   Needs the package importable (PYTHONPATH=python after `python3 setup.py build_ext --inplace`).
 
@@ -153,13 +153,15 @@ class ScaledMM:
         return False
 
 
-class DeepGEMM:
-    name = "deepgemm"
+class DeepGEMMCall:
+    """A call in DeepGEMM's convention, fn((a, sfa), (w, sfw), y): DeepGEMM's own, or blockfp8's. The activation
+    scales are handed over MN-major and TMA-aligned (16-byte columns), what DeepGEMM reads, so that it runs no layout
+    kernel inside the timed call."""
 
-    def __init__(self, fn, m, a, sa, w, sw):
-        self.fn = fn
+    def __init__(self, name, fn, m, a, sa, w, sw):
+        self.name, self.fn = name, fn
         self.a, self.w, self.sw = a, w, sw
-        self.sa = mn_major(sa, round_up(m, 4))  # MN-major, TMA-aligned (16-byte columns)
+        self.sa = mn_major(sa, round_up(m, 4))
         self.y = torch.empty(m, w.shape[0], device="cuda", dtype=torch.bfloat16)
 
     def call(self):
@@ -169,25 +171,15 @@ class DeepGEMM:
         return self.y
 
 
-class BlockFP8:
-    """blockfp8.fp8_gemm_nt on DeepGEMM's operands, under the strict policy for one backend (None: auto)."""
+def blockfp8_call(lib, backend):
+    """blockfp8.fp8_gemm_nt under the strict policy for `backend`, or under the default dispatcher (None)."""
+    if backend is None:
+        return lib.fp8_gemm_nt
 
-    def __init__(self, lib, backend, m, a, sa, w, sw):
-        self.lib, self.backend = lib, backend
-        self.name = "blockfp8_" + (backend or "auto")
-        self.a, self.w, self.sw = a, w, sw
-        self.sa = mn_major(sa, round_up(m, 4))
-        self.y = torch.empty(m, w.shape[0], device="cuda", dtype=torch.bfloat16)
-
-    def call(self):
-        if self.backend is None:
-            self.lib.fp8_gemm_nt((self.a, self.sa), (self.w, self.sw), self.y)
-            return
-        with self.lib.policy("strict", self.backend):
-            self.lib.fp8_gemm_nt((self.a, self.sa), (self.w, self.sw), self.y)
-
-    def output(self):
-        return self.y
+    def call(a, b, y):
+        with lib.policy("strict", backend):
+            lib.fp8_gemm_nt(a, b, y)
+    return call
 
 
 def load_blockfp8():
@@ -291,7 +283,7 @@ def main():
             ref = reference(qa, sa, qw, sw)
             runs = []
             if dg_fn is not None:
-                runs.append((DeepGEMM(dg_fn, m, qa, sa, qw, sw), "call", DeepGEMM.name, dg_note))
+                runs.append((DeepGEMMCall("deepgemm", dg_fn, m, qa, sa, qw, sw), "call", "deepgemm", dg_note))
             if use_mm and mm_error is None:
                 mm = ScaledMM(m, qa, sa, qw, sw)
                 if not mm.make():
@@ -304,8 +296,9 @@ def main():
                     if m % 4:
                         runs.append((mm, "call_with_pad", ScaledMM.name + "_pad", note + " inside the call"))
             for backend in (("hopper", "cublaslt", None) if bf8 is not None else ()):
-                obj = BlockFP8(bf8, backend, m, qa, sa, qw, sw)
-                runs.append((obj, "call", obj.name, bf8_note + (f" strict {backend}" if backend else " auto")))
+                name = "blockfp8_" + (backend or "auto")
+                obj = DeepGEMMCall(name, blockfp8_call(bf8, backend), m, qa, sa, qw, sw)
+                runs.append((obj, "call", name, bf8_note + (f" strict {backend}" if backend else " auto")))
             for obj, method, name, note in runs:
                 fn = getattr(obj, method)
                 obj.output().fill_(float("nan"))  # poison: every element must be written
