@@ -243,6 +243,13 @@ class ParallelLinear:
             what = "the rank's slice of K" if want != self.shard.k else "K"
             raise ValueError(f"x must be [..., {want}] ({what}), got shape {tuple(shape)}")
 
+    def _torch_x_local(self, x):
+        """A torch x checked (width, device) and cut to what the rank's GEMM takes."""
+        self._check_x(x.shape)
+        if x.device != self.device:
+            raise ValueError(f"x is on {x.device}, this layer on {self.device}")
+        return self._x_local(x)
+
     def local(self, x, out_dtype=None):
         """The rank's share without communication (bfp8_tp_linear_local), for numpy arrays or torch tensors:
         column, the rank's columns of y [..., end - begin] in out_dtype (x's dtype by default); row, the fp32
@@ -271,10 +278,7 @@ class ParallelLinear:
 
     def _local_torch(self, T, torch, x, out_dtype):
         """The op's raw output: column [..., n_local] (lead pad columns first), row [..., N] float32."""
-        self._check_x(x.shape)
-        if x.device != self.device:
-            raise ValueError(f"x is on {x.device}, this layer on {self.device}")
-        x = self._x_local(x)
+        x = self._torch_x_local(x)
         shape = x.shape
         out = torch.float32 if self.shard.mode == "row" else \
             x.dtype if out_dtype is None else T.TORCH_DTYPES[_c.out_dtype_enum(out_dtype)]
@@ -348,10 +352,7 @@ class ParallelLinear:
 
     def _nccl_call(self, T, torch, x, out):
         """The whole layer in one C call (bfp8_tp_linear) on the caller's ncclComm_t, on the current stream."""
-        self._check_x(x.shape)
-        if x.device != self.device:
-            raise ValueError(f"x is on {x.device}, this layer on {self.device}")
-        x = self._x_local(x)
+        x = self._torch_x_local(x)
         shape = x.shape
         x2 = x.reshape(math.prod(shape[:-1]), shape[-1]).contiguous()
         d = x2.get_device()
