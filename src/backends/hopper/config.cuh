@@ -45,6 +45,7 @@ enum TraceSlot {
     kTraceEpiSync2,
     kTraceBarriersReady,
     kTraceUnitDecoded,
+    kTraceSplitArrived,
     kTraceUnits0
 };
 constexpr int kTraceUnits = 6;

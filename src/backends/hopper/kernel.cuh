@@ -743,6 +743,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     else
                         /* The other warpgroup's MMAs have read the stages. */
                         consumers_sync(p.one_consumer ? 128 : 256);
+                    const bool stamp_cs = CSPLIT && trace && wg == 0 && t == 0;
+                    if (stamp_cs) trace[kTraceEpiStoreRead] = global_ns();
 #pragma unroll
                     for (int i = 0; i < BQ / 2; i++) {
                         const int p_local = warp * 16 + lane / 4 + 8 * ((i / 2) % 2);
@@ -750,6 +752,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         sf[SWAP ? q_local * kPitchF + p_local : p_local * kPitchF + q_local] = total[i];
                     }
                     named_barrier_sync(1 + wg);
+                    if (stamp_cs) trace[kTraceEpiSync1] = global_ns();
                     /* CSPLIT: every CTA of the cluster has its split of the tile staged at the same offset. Once all
                      * have (a cluster barrier: it waits for the cluster's threads that have not exited, here the
                      * consumers; the producer warps have exited, or thread 0 is about to, its last load issued), this
@@ -758,6 +761,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     if (CSPLIT) {
                         cluster_arrive_release();
                         cluster_wait_acquire();
+                        if (stamp_cs) trace[kTraceEpiPacked] = global_ns();
                     }
                     constexpr int kRowChunks = SWAP ? 16 : BQ / 4;          /* 16-byte chunks per staged row */
                     constexpr int kChunks = (SWAP ? BQ : 64) * kRowChunks; /* this warpgroup's */
@@ -812,17 +816,28 @@ __global__ void __launch_bounds__(kThreads, 1)
                             at[i] = smem_u32(sf + r * kPitchF + ch * 4);
                             sum[i] = make_float4(-0.0f, -0.0f, -0.0f, -0.0f);
                         }
-                        for (int q = 0; q < p.csplit; q++) {
+                        constexpr int kPeersAtOnce = kPerThread >= 16 ? 1 : 16 / kPerThread;
+                        for (int q0 = 0; q0 < p.csplit; q0 += kPeersAtOnce) {
+                            float4 part[kPeersAtOnce][kPerThread];
 #pragma unroll
-                            for (int i = 0; i < kPerThread; i++) {
-                                if (!mine[i]) continue;
-                                const float4 part = ld_shared_cluster_f32x4(cluster_peer_addr(at[i], q));
-                                sum[i].x += part.x, sum[i].y += part.y, sum[i].z += part.z, sum[i].w += part.w;
-                            }
+                            for (int g = 0; g < kPeersAtOnce; g++)
+#pragma unroll
+                                for (int i = 0; i < kPerThread; i++)
+                                    if (q0 + g < p.csplit && mine[i])
+                                        part[g][i] = ld_shared_cluster_f32x4(cluster_peer_addr(at[i], q0 + g));
+#pragma unroll
+                            for (int g = 0; g < kPeersAtOnce; g++)
+#pragma unroll
+                                for (int i = 0; i < kPerThread; i++)
+                                    if (q0 + g < p.csplit && mine[i])
+                                        sum[i].x += part[g][i].x, sum[i].y += part[g][i].y, sum[i].z += part[g][i].z,
+                                            sum[i].w += part[g][i].w;
                         }
                         /* This CTA has read its share of every CTA's staging. Before the stores: the arrival's release
                          * fence (MEMBAR.GPU) would otherwise wait for them to complete. */
+                        if (stamp_cs) trace[kTraceEpiSync2] = global_ns();
                         cluster_arrive_release();
+                        if (stamp_cs) trace[kTraceSplitArrived] = global_ns();
 #pragma unroll
                         for (int i = 0; i < kPerThread; i++) {
                             const int c = split_rank + p.csplit * (t + 128 * i);

@@ -235,7 +235,7 @@ bfp8_status trace_report(const unsigned long long *trace_d, int grid, int64_t m,
     static const char *const names[kTraceUnits0] = {
         "start",       "synced",          "prefetched",   "dep-waited",  "first-weight-issued", "first-issued",
         "first-stage", "u1-store-read",   "u1-sync1",     "u1-packed",   "u1-sync2",  "barriers-ready",
-        "unit-decoded"};
+        "unit-decoded", "cs-arrived"};
     for (int slot = 0; slot < kTraceSlots; slot++) {
         if (!trace_column(tr, grid, slot, t0, &med, &max)) continue;
         if (slot < kTraceUnits0)
