@@ -288,10 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         }
     }
-    if (CSPLIT)
-        cluster_sync_relaxed(); /* every CTA of the cluster has started before one reads another's shared memory */
-    else
-        __syncthreads();
+    __syncthreads();
     if (STREAMK) sk_cta = __shfl_sync(0xffffffffu, *sk_ticket_smem, 0); /* (warp-uniform, as entry_issued below) */
     if (trace && threadIdx.x == 0) trace[kTraceSynced] = global_ns();
 
@@ -753,19 +750,36 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                     named_barrier_sync(1 + wg);
                     if (stamp_cs) trace[kTraceEpiSync1] = global_ns();
-                    /* CSPLIT: every CTA of the cluster has its split of the tile staged at the same offset. Once all
-                     * have (a cluster barrier: it waits for the cluster's threads that have not exited, here the
-                     * consumers; the producer warps have exited, or thread 0 is about to, its last load issued), this
-                     * CTA sums its share of the chunks (rank r those whose index is r modulo the cluster size) over the
-                     * cluster in split order. */
+                    constexpr int kRowChunks = SWAP ? 16 : BQ / 4;          /* 16-byte chunks per staged row */
+                    constexpr int kChunks = (SWAP ? BQ : 64) * kRowChunks; /* this warpgroup's */
+                    const int64_t row0 = SWAP ? q_base : p_base, col0 = SWAP ? p_base : q_base;
+                    /* CSPLIT: the splits of a tile are summed through the L2 (DSMEM reads ran at ~10 B/clk per SM, a
+                     * third of the L2's rate: docs/hopper.md, design log 77). Chunk c of the warpgroup's staging
+                     * belongs to rank c modulo the cluster size: each CTA writes the chunks that other ranks own into
+                     * its split's slice of the workspace ([split][m][n], as the reduce kernel's), and once every CTA of
+                     * the cluster has (a cluster barrier: it waits for the cluster's threads that have not exited, here
+                     * the consumers; the producer warps have exited, or thread 0 is about to, its last load issued; its
+                     * release and acquire order the writes before the reads), sums its own chunks over the splits in
+                     * split order from -0, as the reduce kernel does. */
+                    const bool whole_chunks = p.n % 4 == 0; /* 16-byte rows: whole chunks move as float4 */
                     if (CSPLIT) {
+                        float *const own = p.workspace + (int64_t)split_rank * p.m * p.n;
+                        for (int c = t; c < kChunks; c += 128) {
+                            const int r = c / kRowChunks, ch = c % kRowChunks;
+                            const int64_t row = row0 + r, col = col0 + ch * 4;
+                            if (c % p.csplit == split_rank || row >= p.m || col >= p.n) continue;
+                            const float *src = sf + r * kPitchF + ch * 4;
+                            float *dst = own + row * p.n + col;
+                            if (whole_chunks && col + 4 <= p.n)
+                                __stcg((float4 *)dst, *(const float4 *)src);
+                            else
+                                for (int e = 0; e < 4 && col + e < p.n; e++) __stcg(dst + e, src[e]);
+                        }
+                        if (stamp_cs) trace[kTraceEpiSync2] = global_ns();
                         cluster_arrive_release();
                         cluster_wait_acquire();
                         if (stamp_cs) trace[kTraceEpiPacked] = global_ns();
                     }
-                    constexpr int kRowChunks = SWAP ? 16 : BQ / 4;          /* 16-byte chunks per staged row */
-                    constexpr int kChunks = (SWAP ? BQ : 64) * kRowChunks; /* this warpgroup's */
-                    const int64_t row0 = SWAP ? q_base : p_base, col0 = SWAP ? p_base : q_base;
                     /* Four outputs from (row, col) on: the split's partials for the reduce kernel, or, with the bias,
                      * rounded into y. */
                     auto put_chunk = [&](int64_t row, int64_t col, float4 v) {
@@ -800,43 +814,47 @@ __global__ void __launch_bounds__(kThreads, 1)
                     };
                     if (CSPLIT) {
                         /* This CTA's chunks are rank + csplit * (t + 128 * i), at most kPerThread per thread (csplit >=
-                         * 2). Each is summed over the cluster's stagings in split (rank) order from -0, as the reduce
-                         * kernel sums; the loads of one peer for all of a thread's chunks go out together, so the sum
-                         * waits for one DSMEM round trip per peer, not one per chunk and peer (a chunk at a time, the
-                         * cells with 64-128 tokens ran slower than with the reduce kernel). */
+                         * 2). The loads of several splits go out together, so the sum waits for one L2 round trip per
+                         * group of splits, not one per chunk and split. */
                         constexpr int kPerThread = (kChunks + 255) / 256;
+                        constexpr int kSplitsAtOnce = kPerThread >= 16 ? 1 : 16 / kPerThread;
                         float4 sum[kPerThread];
-                        uint32_t at[kPerThread];
                         bool mine[kPerThread];
+                        int64_t at[kPerThread]; /* row * n + col */
 #pragma unroll
                         for (int i = 0; i < kPerThread; i++) {
                             const int c = split_rank + p.csplit * (t + 128 * i), r = c / kRowChunks,
                                       ch = c % kRowChunks;
                             mine[i] = c < kChunks && row0 + r < p.m && col0 + ch * 4 < p.n;
-                            at[i] = smem_u32(sf + r * kPitchF + ch * 4);
+                            at[i] = (row0 + r) * p.n + col0 + ch * 4;
                             sum[i] = make_float4(-0.0f, -0.0f, -0.0f, -0.0f);
                         }
-                        constexpr int kPeersAtOnce = kPerThread >= 16 ? 1 : 16 / kPerThread;
-                        for (int q0 = 0; q0 < p.csplit; q0 += kPeersAtOnce) {
-                            float4 part[kPeersAtOnce][kPerThread];
+                        auto split_chunk = [&](int q, int i) {
+                            const int c = split_rank + p.csplit * (t + 128 * i);
+                            if (q == split_rank)
+                                return *(const float4 *)(sf + (c / kRowChunks) * kPitchF + (c % kRowChunks) * 4);
+                            const float *src = p.workspace + (int64_t)q * p.m * p.n + at[i];
+                            const int64_t col = col0 + (c % kRowChunks) * 4;
+                            if (whole_chunks && col + 4 <= p.n) return __ldcg((const float4 *)src);
+                            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            for (int e = 0; e < 4 && col + e < p.n; e++) v[e] = __ldcg(src + e);
+                            return make_float4(v[0], v[1], v[2], v[3]);
+                        };
+                        for (int q0 = 0; q0 < p.csplit; q0 += kSplitsAtOnce) {
+                            float4 part[kSplitsAtOnce][kPerThread];
 #pragma unroll
-                            for (int g = 0; g < kPeersAtOnce; g++)
+                            for (int g = 0; g < kSplitsAtOnce; g++)
 #pragma unroll
                                 for (int i = 0; i < kPerThread; i++)
-                                    if (q0 + g < p.csplit && mine[i])
-                                        part[g][i] = ld_shared_cluster_f32x4(cluster_peer_addr(at[i], q0 + g));
+                                    if (q0 + g < p.csplit && mine[i]) part[g][i] = split_chunk(q0 + g, i);
 #pragma unroll
-                            for (int g = 0; g < kPeersAtOnce; g++)
+                            for (int g = 0; g < kSplitsAtOnce; g++)
 #pragma unroll
                                 for (int i = 0; i < kPerThread; i++)
                                     if (q0 + g < p.csplit && mine[i])
                                         sum[i].x += part[g][i].x, sum[i].y += part[g][i].y, sum[i].z += part[g][i].z,
                                             sum[i].w += part[g][i].w;
                         }
-                        /* This CTA has read its share of every CTA's staging. Before the stores: the arrival's release
-                         * fence (MEMBAR.GPU) would otherwise wait for them to complete. */
-                        if (stamp_cs) trace[kTraceEpiSync2] = global_ns();
-                        cluster_arrive_release();
                         if (stamp_cs) trace[kTraceSplitArrived] = global_ns();
 #pragma unroll
                         for (int i = 0; i < kPerThread; i++) {
@@ -862,8 +880,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         /* The last stores complete before the CTA exits. */
         if (!SWAP && p.y_tma && t == 0) bulk_wait_all();
-        /* CSPLIT: no CTA exits while another still reads its shared memory (the arrival after its reads). */
-        if (CSPLIT) cluster_wait_acquire();
     }
 #endif
 }

@@ -389,14 +389,15 @@ extern "C" bfp8_status bfp8_hopper_run(const bfp8_gemm_args *args, int sms) {
         }
         hp.trace = (unsigned long long *)trace_d;
     }
-    /* The split-K partials, or stream-K's slots and flags (a stream-K plan has no K split). */
+    /* The split-K partials (for the reduce kernel, or exchanged inside clusters), or stream-K's slots and flags (a
+     * stream-K plan has no K split). */
     void *ws = nullptr;
     auto workspace = [&](size_t bytes) {
         const bfp8_status st = bfp8_cuda_malloc_async(bytes, &ws, args->stream);
         if (st != BFP8_OK && trace_d) bfp8_cuda_free_async(trace_d, args->stream);
         return st;
     };
-    if (pl.splits > 1 && !hp.csplit) {
+    if (pl.splits > 1) {
         BFP8_TRY(workspace((size_t)pl.splits * (size_t)m * (size_t)n * sizeof(float)));
         hp.workspace = (float *)ws;
     } else if (pl.sk_tiles) {
