@@ -210,6 +210,10 @@ typedef struct bfp8_problem {
     bfp8_grouped_layout grouped;
     int64_t groups;     /* G, the number of weights */
     int64_t expected_m; /* the caller's hint of the rows per group that carry data (never a limit) */
+    /* The CUDA device's name as the driver reports it ("NVIDIA H200"; bfp8_cuda_card): which card's measured cells
+     * rank `auto` (docs/dispatch.md, "Which card"). NULL (and on the CPU): the reference card's. Not copied: a
+     * string that outlives the call, such as bfp8_cuda_card's. */
+    const char *card;
 } bfp8_problem;
 
 /* Overflow: on finite inputs a block's partial times its two scales, or the running total, can exceed fp32. The
@@ -457,6 +461,9 @@ bfp8_status bfp8_checkpoint_weight_load(bfp8_checkpoint *c, const char *name, co
 bool bfp8_cuda_available(char *why, size_t why_size);
 /* The current CUDA device's compute capability x10 (90 = sm_90); 0 without CUDA or a device. */
 int bfp8_cuda_arch(void);
+/* The current CUDA device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), valid for the process's
+ * life; NULL without CUDA or a device. */
+const char *bfp8_cuda_card(void);
 bfp8_status bfp8_cuda_malloc(size_t bytes, void **ptr);
 bfp8_status bfp8_cuda_free(void *ptr);
 bfp8_status bfp8_cuda_upload(void *device_dst, const void *host_src, size_t bytes);

@@ -2,10 +2,11 @@
 """Builds the measured ranking that `auto` uses on CUDA (docs/dispatch.md, "The measured ranking"): a CSV table of
 median times per backend under bench/data/, and src/rank_table.c, the same table as C data, generated from it.
 
-    scripts/make-rank-table.py json BENCH.json [BENCH.json ...] --arch 90 --source ID [--csv FILE] [--merge]
+    scripts/make-rank-table.py json BENCH.json [BENCH.json ...] --arch 90 --card NAME --source ID [--csv FILE]
+                               [--merge]
         the table FILE (default bench/data/rank-h200.csv) from `blockfp8 bench --device cuda --backend all
         --json BENCH.json` runs, then src/rank_table.c from every bench/data/rank-*.csv
-    scripts/make-rank-table.py side-by-side CSV --arch 90 [--source ID] [--csv FILE] [--merge]
+    scripts/make-rank-table.py side-by-side CSV --arch 90 --card NAME [--source ID] [--csv FILE] [--merge]
         the same from a side-by-side table (bench/data/side-by-side-*.csv: its hopper_us and blockfp8_cublaslt_us
         columns, the backends `hopper` and `cublaslt`)
     scripts/make-rank-table.py c
@@ -15,12 +16,15 @@ median times per backend under bench/data/, and src/rank_table.c, the same table
 
 --c-out and --data name other files and folders than src/rank_table.c and bench/data (for tests).
 
-A bench JSON does not say which GPU ran it, so --arch (the compute capability x10) labels its cells; --source is a
-short name for the run that goes into every row (e.g. bench-h200-2026-12-10-abc1234). The table's rows are
-(arch, out_dtype, n, k, m, source) and one `<backend>_us` column per backend, empty where that backend did not run
-the cell (`n/a` in the bench: it cannot). Without --merge the new run replaces the table; with --merge it replaces
-only the shapes (arch, out_dtype, n, k) it measured, so one shape's cells always come from one run. The script
-checks what it reads and fails with a message: the same cell twice, a time that is not positive, a CPU record.
+A bench JSON does not say which GPU ran it, so --arch (the compute capability x10) and --card (the device's name as
+the driver reports it: `nvidia-smi --query-gpu=name --format=csv,noheader`, e.g. "NVIDIA H200") label its cells;
+--source is a short name for the run that goes into every row (e.g. bench-h200-2026-12-10-abc1234). The table's
+rows are (arch, card, out_dtype, n, k, m, source) and one `<backend>_us` column per backend, empty where that
+backend did not run the cell (`n/a` in the bench: it cannot). Without --merge the new run replaces the table; with
+--merge it replaces only the shapes (arch, card, out_dtype, n, k) it measured, so one shape's cells on one card
+always come from one run. The C table lists the reference card (REFERENCE_CARD) first: a card without cells of
+its own for a shape is ranked by the first listed card that has them. The script checks what it reads and fails
+with a message: the same cell twice, a time that is not positive, a CPU record.
 """
 import argparse
 import csv
@@ -44,7 +48,10 @@ C_DTYPE = {"bf16": "BFP8_DTYPE_BF16", "f16": "BFP8_DTYPE_F16", "f32": "BFP8_DTYP
 HOST_BACKENDS = {"cpu", "ref", "openblas"}  # a --device cpu run: the table ranks CUDA backends
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 SOURCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,79}$")
-KEY = ("arch", "out_dtype", "n", "k", "m")
+CARD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+()-]{0,79}$")
+# The card whose cells rank a card that has none of its own (the project's GPU figures are the H200's).
+REFERENCE_CARD = "NVIDIA H200"
+KEY = ("arch", "card", "out_dtype", "n", "k", "m")
 
 
 def fail(message):
@@ -98,7 +105,7 @@ class Table:
         cell[backend] = us
 
     def shapes(self):
-        return {key[:4] for key in self.cells}
+        return {key[:5] for key in self.cells}
 
     def backends(self):
         names = sorted({b for cell in self.cells.values() for b in cell if b != "source"})
@@ -107,12 +114,18 @@ class Table:
         return names
 
 
-def key_of(arch, dtype, n, k, m, where):
-    return (arch, dtype, as_int(n, f"{where}: n", 1, MAX_DIM), as_int(k, f"{where}: k", 1, MAX_DIM),
+def as_card(value, what):
+    if not isinstance(value, str) or not CARD_RE.match(value):
+        fail(f"{what}: card '{value}' is not a device name (letters, digits, spaces and ._+()- only, up to 80)")
+    return value
+
+
+def key_of(arch, card, dtype, n, k, m, where):
+    return (arch, card, dtype, as_int(n, f"{where}: n", 1, MAX_DIM), as_int(k, f"{where}: k", 1, MAX_DIM),
             as_int(m, f"{where}: m", 1, MAX_M))
 
 
-def read_bench_json(paths, arch, source):
+def read_bench_json(paths, arch, card, source):
     t = Table()
     for path in paths:
         try:
@@ -135,7 +148,7 @@ def read_bench_json(paths, arch, source):
                 fail(f"{where}: a record with a variant ({r['variant']}): give one plain run")
             if r["m"] == 0:  # an empty problem: its time ranks nothing
                 continue
-            key = key_of(arch, as_dtype(r["out_dtype"], where), r["n"], r["k"], r["m"], where)
+            key = key_of(arch, card, as_dtype(r["out_dtype"], where), r["n"], r["k"], r["m"], where)
             t.add(key, source, str(r["backend"]), as_time(r["median_us"], f"{where}: median_us"), where)
     if not t.cells:
         fail(f"{', '.join(paths)}: no records")
@@ -146,7 +159,7 @@ def read_bench_json(paths, arch, source):
 SIDE_BY_SIDE = {"hopper_us": "hopper", "blockfp8_cublaslt_us": "cublaslt"}
 
 
-def read_side_by_side(path, arch, source):
+def read_side_by_side(path, arch, card, source):
     t = Table()
     try:
         with open(path, newline="", encoding="utf-8") as f:
@@ -157,7 +170,7 @@ def read_side_by_side(path, arch, source):
         fail(f"{path}: needs the columns m, n, k, {', '.join(SIDE_BY_SIDE)}")
     for i, r in enumerate(rows):
         where = f"{path} row {i + 2}"
-        key = key_of(arch, "bf16", r["n"], r["k"], r["m"], where)  # bench/data: bf16 output throughout
+        key = key_of(arch, card, "bf16", r["n"], r["k"], r["m"], where)  # bench/data: bf16 output throughout
         for column, backend in SIDE_BY_SIDE.items():
             if r[column].strip():
                 t.add(key, source, backend, as_time(r[column], f"{where}: {column}"), where)
@@ -169,15 +182,16 @@ def read_table_csv(path):
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         fields = reader.fieldnames or []
-        if fields[:6] != [*KEY, "source"] or not all(c.endswith("_us") for c in fields[6:]):
+        ncols = len(KEY) + 1
+        if fields[:ncols] != [*KEY, "source"] or not all(c.endswith("_us") for c in fields[ncols:]):
             fail(f"{path}: the columns must be {', '.join(KEY)}, source, <backend>_us...")
         for i, r in enumerate(reader):
             where = f"{path} row {i + 2}"
-            key = key_of(as_int(r["arch"], f"{where}: arch", 1, 1000), as_dtype(r["out_dtype"], where), r["n"],
-                         r["k"], r["m"], where)
+            key = key_of(as_int(r["arch"], f"{where}: arch", 1, 1000), as_card(r["card"], f"{where}: card"),
+                         as_dtype(r["out_dtype"], where), r["n"], r["k"], r["m"], where)
             if not SOURCE_RE.match(r["source"] or ""):
                 fail(f"{where}: source '{r['source']}' is not a run name")
-            measured = [c for c in fields[6:] if (r[c] or "").strip()]
+            measured = [c for c in fields[ncols:] if (r[c] or "").strip()]
             if not measured:
                 fail(f"{where}: no backend measured")
             for c in measured:
@@ -197,9 +211,14 @@ def write_table_csv(t, path):
     os.replace(tmp, path)
 
 
-def sort_key(key):
-    arch, dtype, n, k, m = key
-    return (arch, ["bf16", "f16", "f32"].index(dtype), n, k, m)
+def card_order(cards):
+    """The reference card first, then the others by name."""
+    return sorted(cards, key=lambda c: (c != REFERENCE_CARD, c))
+
+
+def sort_key(key, cards=None):
+    arch, card, dtype, n, k, m = key
+    return (arch, cards.index(card) if cards else card, ["bf16", "f16", "f32"].index(dtype), n, k, m)
 
 
 def fmt_us(us):
@@ -231,13 +250,14 @@ def c_source(data):
             origin.setdefault(cell["source"], rel)
     names = t.backends()
     sources = sorted({cell["source"] for cell in t.cells.values()})
+    cards = card_order({key[1] for key in t.cells})
     rels = ", ".join(os.path.relpath(p, ROOT) for p in files)
     out = [
         "/* GENERATED by scripts/make-rank-table.py from " + rels + ": do not edit.",
         " * The measured ranking of `auto` on CUDA (docs/dispatch.md, \"The measured ranking\"): median times per",
         " * backend and cell, as data. Regenerate after a run on the GPU:",
         " *   build/blockfp8 bench --device cuda --backend all --json BENCH.json",
-        " *   scripts/make-rank-table.py json BENCH.json --arch 90 --source NAME     (the CSV, then this file)",
+        " *   scripts/make-rank-table.py json BENCH.json --arch 90 --card 'NVIDIA H200' --source NAME --csv CSV",
         " * or, after editing a CSV by hand, scripts/make-rank-table.py c. */",
         '#include "rank.h"',
         "",
@@ -246,15 +266,19 @@ def c_source(data):
         "static const char *const kSources[] = {",
         *[f'    "{s} ({origin[s]})",' for s in sources],
         "};",
+        "/* The cards measured, the reference card first (a card without cells of its own for a shape reads the first",
+        " * listed card's that has them). */",
+        "static const char *const kCards[] = {" + ", ".join(f'"{c}"' for c in cards) + "};",
         "",
         "static const bfp8_rank_cell kCells[] = {",
-        "    /* arch, out dtype, N, K, M, source, {" + ", ".join(names) + "} median us (0: not measured) */",
+        "    /* arch, card, out dtype, N, K, M, source, {" + ", ".join(names) + "} median us (0: not measured) */",
     ]
-    for key in sorted(t.cells, key=sort_key):
-        arch, dtype, n, k, m = key
+    for key in sorted(t.cells, key=lambda key: sort_key(key, cards)):
+        arch, card, dtype, n, k, m = key
         cell = t.cells[key]
         times = ", ".join(fmt_us(cell[b]) if b in cell else "0" for b in names)
-        out.append(f"    {{{arch}, {C_DTYPE[dtype]}, {n}, {k}, {m}, {sources.index(cell['source'])}, {{{times}}}}},")
+        out.append(f"    {{{arch}, {cards.index(card)}, {C_DTYPE[dtype]}, {n}, {k}, {m}, "
+                   f"{sources.index(cell['source'])}, {{{times}}}}},")
     out += [
         "};",
         "",
@@ -263,6 +287,8 @@ def c_source(data):
         "    .nbackends = sizeof kBackends / sizeof kBackends[0],",
         "    .sources = kSources,",
         "    .nsources = sizeof kSources / sizeof kSources[0],",
+        "    .cards = kCards,",
+        "    .ncards = sizeof kCards / sizeof kCards[0],",
         "    .cells = kCells,",
         "    .ncells = sizeof kCells / sizeof kCells[0],",
         "};",
@@ -285,7 +311,7 @@ def write_new_table(t, path, merge, c_out):
         old = read_table_csv(path)
         replaced = t.shapes()
         for key, cell in old.cells.items():
-            if key[:4] not in replaced:
+            if key[:5] not in replaced:
                 for b, us in cell.items():
                     if b != "source":
                         t.add(key, cell["source"], b, us, path)
@@ -303,6 +329,7 @@ def main():
         p = sub.add_parser(mode)
         p.add_argument("inputs", nargs="+" if mode == "json" else 1)
         p.add_argument("--arch", type=int, required=True, help="compute capability x10 of the GPU that ran it")
+        p.add_argument("--card", required=True, help="the GPU's name as the driver reports it, e.g. 'NVIDIA H200'")
         p.add_argument("--source", required=mode == "json", help="a short name for the run")
         p.add_argument("--csv", default=DEFAULT_CSV, help="the table to write (default bench/data/rank-h200.csv)")
         p.add_argument("--merge", action="store_true", help="keep the table's shapes that the run did not measure")
@@ -323,10 +350,11 @@ def main():
         name = os.path.basename(csv_path)
         if not name.startswith("rank-") or not name.endswith(".csv"):
             fail(f"--csv {args.csv}: name it rank-<device>.csv (the C file is built from every rank-*.csv there)")
+        card = as_card(args.card, "--card")
         if args.mode == "json":
-            t = read_bench_json(args.inputs, args.arch, source)
+            t = read_bench_json(args.inputs, args.arch, card, source)
         else:
-            t = read_side_by_side(args.inputs[0], args.arch, source)
+            t = read_side_by_side(args.inputs[0], args.arch, card, source)
         write_new_table(t, csv_path, args.merge, os.path.abspath(args.c_out))
     elif args.mode == "c":
         write_c(os.path.abspath(args.c_out), os.path.abspath(args.data))

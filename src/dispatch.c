@@ -737,6 +737,7 @@ bfp8_status bfp8_dispatcher_explain(bfp8_dispatcher *d, const bfp8_problem *p, F
     describe_problem(p, desc, sizeof desc);
     fprintf(out, "problem: %s", desc);
     if (p->device == BFP8_DEVICE_CUDA) fprintf(out, " arch=sm_%d", p->arch);
+    if (p->device == BFP8_DEVICE_CUDA && p->card) fprintf(out, " card='%s'", p->card);
     fprintf(out, "\npolicy:  %s%s%s\n", policy_name(pol.policy), pol.policy == BFP8_POLICY_AUTO ? "" : " ",
             pol.preferred);
     /* The ranking's basis, then the backends in the order auto considers them (pick_auto's). */

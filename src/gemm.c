@@ -72,6 +72,7 @@ bfp8_problem bfp8_problem_of_operands(bfp8_device device, int64_t m, int64_t n, 
     return (bfp8_problem){
         .device = device,
         .arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
+        .card = device == BFP8_DEVICE_CUDA ? bfp8_cuda_card() : NULL,
         .m = m,
         .n = n,
         .k = k,

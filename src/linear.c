@@ -69,6 +69,7 @@ bfp8_status bfp8_problem_for_linear(const bfp8_weight_info *w, bfp8_device devic
     *out = (bfp8_problem){
         .device = device,
         .arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
+        .card = device == BFP8_DEVICE_CUDA ? bfp8_cuda_card() : NULL,
         .m = m,
         .n = w->n,
         .k = w->k,

@@ -8,13 +8,13 @@
 /* A cell the lookup may use: M in range (the nearest-M rule multiplies two of them). */
 static bool cell_usable(const bfp8_rank_cell *c) { return c->m >= 1 && c->m <= BFP8_RANK_MAX_M; }
 
-static bool cell_of(const bfp8_rank_cell *c, int arch, bfp8_dtype dt, int64_t n, int64_t k) {
-    return cell_usable(c) && c->arch == arch && c->out_dtype == dt && c->n == n && c->k == k;
+static bool cell_of(const bfp8_rank_cell *c, int card, int arch, bfp8_dtype dt, int64_t n, int64_t k) {
+    return cell_usable(c) && c->card == card && c->arch == arch && c->out_dtype == dt && c->n == n && c->k == k;
 }
 
-static bool has_shape(const bfp8_rank_table *t, int arch, bfp8_dtype dt, int64_t n, int64_t k) {
+static bool has_shape(const bfp8_rank_table *t, int card, int arch, bfp8_dtype dt, int64_t n, int64_t k) {
     for (size_t i = 0; i < t->ncells; i++)
-        if (cell_of(&t->cells[i], arch, dt, n, k)) return true;
+        if (cell_of(&t->cells[i], card, arch, dt, n, k)) return true;
     return false;
 }
 
@@ -26,8 +26,29 @@ static bool same_size_dtype(bfp8_dtype dt, bfp8_dtype *alt) {
     return true;
 }
 
+/* The index of the card named `name` in the table's list, or -1 (NULL, or a card the table has not measured). */
+static int card_index(const bfp8_rank_table *t, const char *name) {
+    for (int i = 0; name && i < t->ncards; i++)
+        if (t->cards[i] && strcmp(t->cards[i], name) == 0) return i;
+    return -1;
+}
+
+/* The dtype whose cells of `card` rank a problem of output `dt` (dt's own, else the same-size one); false: none. */
+static bool card_dtype(const bfp8_rank_table *t, int card, const bfp8_problem *p, bfp8_dtype *dt) {
+    bfp8_dtype alt;
+    if (has_shape(t, card, p->arch, p->out_dtype, p->n, p->k)) {
+        *dt = p->out_dtype;
+        return true;
+    }
+    if (same_size_dtype(p->out_dtype, &alt) && has_shape(t, card, p->arch, alt, p->n, p->k)) {
+        *dt = alt;
+        return true;
+    }
+    return false;
+}
+
 bfp8_rank bfp8_rank_find(const bfp8_rank_table *t, const bfp8_problem *p) {
-    bfp8_rank r = {.table = t, .cell = NULL, .miss = BFP8_RANK_MISS_SHAPE};
+    bfp8_rank r = {.table = t, .cell = NULL, .miss = BFP8_RANK_MISS_SHAPE, .other_card = false};
     if (p->device != BFP8_DEVICE_CUDA) {
         r.miss = BFP8_RANK_MISS_NOT_CUDA;
         return r;
@@ -37,23 +58,27 @@ bfp8_rank bfp8_rank_find(const bfp8_rank_table *t, const bfp8_problem *p) {
         return r;
     }
     if (!t) return r;
-    bfp8_dtype dt = p->out_dtype, alt;
-    if (!has_shape(t, p->arch, dt, p->n, p->k)) {
-        if (!same_size_dtype(dt, &alt) || !has_shape(t, p->arch, alt, p->n, p->k)) {
-            for (size_t i = 0; i < t->ncells; i++) {
-                const bfp8_rank_cell *c = &t->cells[i];
-                if (cell_usable(c) && c->arch == p->arch && c->n == p->n && c->k == p->k) r.miss = BFP8_RANK_MISS_DTYPE;
-            }
-            return r;
+    /* The problem's card first, then the table's cards in their order. */
+    const int own = card_index(t, p->card);
+    int card = -1;
+    bfp8_dtype dt = p->out_dtype;
+    for (int i = -1; i < t->ncards && card < 0; i++) {
+        const int c = i < 0 ? own : i;
+        if (c >= 0 && (i < 0 || c != own) && card_dtype(t, c, p, &dt)) card = c;
+    }
+    if (card < 0) {
+        for (size_t i = 0; i < t->ncells; i++) {
+            const bfp8_rank_cell *c = &t->cells[i];
+            if (cell_usable(c) && c->arch == p->arch && c->n == p->n && c->k == p->k) r.miss = BFP8_RANK_MISS_DTYPE;
         }
-        dt = alt;
+        return r;
     }
     /* The measured M just below and just above (or at) M. */
     const int64_t m = p->m < 1 ? 1 : p->m;
     const bfp8_rank_cell *lo = NULL, *hi = NULL;
     for (size_t i = 0; i < t->ncells; i++) {
         const bfp8_rank_cell *c = &t->cells[i];
-        if (!cell_of(c, p->arch, dt, p->n, p->k)) continue;
+        if (!cell_of(c, card, p->arch, dt, p->n, p->k)) continue;
         if (c->m <= m && (!lo || c->m > lo->m)) lo = c;
         if (c->m >= m && (!hi || c->m < hi->m)) hi = c;
     }
@@ -62,6 +87,7 @@ bfp8_rank bfp8_rank_find(const bfp8_rank_table *t, const bfp8_problem *p) {
     else if (!hi || lo == hi) r.cell = lo;
     else r.cell = m <= lo->m * hi->m / m ? lo : hi;
     r.miss = BFP8_RANK_FOUND;
+    r.other_card = p->card && card != own;
     return r;
 }
 
@@ -105,6 +131,9 @@ void bfp8_rank_describe(const bfp8_rank *r, const bfp8_problem *p, char *buf, si
         snprintf(how + used, sizeof how - used, " (the %s cell for %s output)", bfp8_dtype_name(c->out_dtype),
                  bfp8_dtype_name(p->out_dtype));
     const char *source = c->source >= 0 && c->source < r->table->nsources ? r->table->sources[c->source] : "?";
-    snprintf(buf, size, "measured: sm_%d %s N=%" PRId64 " K=%" PRId64 " M=%" PRId64 "%s, run %s", c->arch,
-             bfp8_dtype_name(c->out_dtype), c->n, c->k, c->m, how, source);
+    const char *card = c->card >= 0 && c->card < r->table->ncards ? r->table->cards[c->card] : "?";
+    char other[BFP8_REASON_MAX / 2] = "";
+    if (r->other_card) snprintf(other, sizeof other, " (this device, %s, has no cells here)", p->card);
+    snprintf(buf, size, "measured on %s%s: sm_%d %s N=%" PRId64 " K=%" PRId64 " M=%" PRId64 "%s, run %s", card, other,
+             c->arch, bfp8_dtype_name(c->out_dtype), c->n, c->k, c->m, how, source);
 }

@@ -11,10 +11,11 @@
 /* Measured M are at most this, so the product of two fits in int64 (the nearest-M rule multiplies them). */
 #define BFP8_RANK_MAX_M ((int64_t)1 << 31)
 
-/* One measured problem: y[M, N] of dtype out_dtype from an N x K weight on a device of compute capability arch,
- * a plain GEMM call, and its median time on each backend of the table. */
+/* One measured problem: y[M, N] of dtype out_dtype from an N x K weight on card `card` (of compute capability
+ * arch), a plain GEMM call, and its median time on each backend of the table. */
 typedef struct bfp8_rank_cell {
     int arch;
+    int card; /* index into the table's cards */
     bfp8_dtype out_dtype;
     int64_t n, k, m;
     int source;                          /* index into the table's sources: the run that measured it */
@@ -26,6 +27,10 @@ typedef struct bfp8_rank_table {
     int nbackends;
     const char *const *sources; /* each run: its name and the CSV that holds it */
     int nsources;
+    /* The cards measured, as the driver names them (bfp8_problem::card); the first is the reference card, whose
+     * cells rank a card that has none of its own for a shape. */
+    const char *const *cards;
+    int ncards;
     const bfp8_rank_cell *cells; /* sorted by (arch, out_dtype, n, k, m), no key twice */
     size_t ncells;
 } bfp8_rank_table;
@@ -36,7 +41,7 @@ extern const bfp8_rank_table bfp8_rank_table_builtin;
 typedef enum bfp8_rank_miss {
     BFP8_RANK_FOUND = 0,
     BFP8_RANK_MISS_NOT_CUDA, /* the table measures CUDA backends */
-    BFP8_RANK_MISS_SHAPE,    /* no cell of this arch, N and K */
+    BFP8_RANK_MISS_SHAPE,    /* no cell of this arch, N and K on any card */
     BFP8_RANK_MISS_DTYPE,    /* cells of this arch, N and K, but none of this output dtype or one of its size */
     BFP8_RANK_MISS_GROUPED,  /* a grouped problem: the table's cells time dense GEMMs */
 } bfp8_rank_miss;
@@ -46,19 +51,23 @@ typedef struct bfp8_rank {
     const bfp8_rank_table *table;
     const bfp8_rank_cell *cell;
     bfp8_rank_miss miss;
+    bool other_card; /* the cell was measured on another card than the problem's (its card has no cells there) */
 } bfp8_rank;
 
-/* The cell that ranks `p`, or why none does. A CUDA problem takes the cells of its arch, N, K and output dtype,
- * else those of the other 2-byte dtype (bf16 for f16 and the reverse: the same bytes move); among them, the one
- * whose M is nearest in log space: for measured a < M < b, a's when M*M <= a*b, else b's; M below the smallest
- * measured takes the smallest, above the largest the largest (M = 0 counts as 1). Anything else has no cell. */
+/* The cell that ranks `p`, or why none does. A CUDA problem takes the cells of its card (p->card), else, where
+ * that card has none of the shape (or p->card is NULL), those of the first card in the table's list that has
+ * them (the reference card first); of that card, the cells of its arch, N, K and output dtype, else those of the
+ * other 2-byte dtype (bf16 for f16 and the reverse: the same bytes move); among them, the one whose M is nearest
+ * in log space: for measured a < M < b, a's when M*M <= a*b, else b's; M below the smallest measured takes the
+ * smallest, above the largest the largest (M = 0 counts as 1). Anything else has no cell. */
 bfp8_rank bfp8_rank_find(const bfp8_rank_table *table, const bfp8_problem *p);
 
 /* The measured median time of backend `name` in the rank's cell, or 0 (no cell, or not measured there). */
 double bfp8_rank_time(const bfp8_rank *r, const char *name);
 
-/* "measured: sm_90 bf16 N=7168 K=18432 M=4096 (nearest measured M to 3000), run NAME (CSV)" or
- * "caps priority: ..." with the reason there is no cell. */
+/* "measured on NVIDIA H200: sm_90 bf16 N=7168 K=18432 M=4096 (nearest measured M to 3000), run NAME (CSV)", with
+ * "(this device, CARD, has no cells here)" when the cell is another card's, or "caps priority: ..." with the reason
+ * there is no cell. */
 void bfp8_rank_describe(const bfp8_rank *r, const bfp8_problem *p, char *buf, size_t size);
 
 /* bfp8_select, ranking `auto` by `table` (NULL: priorities only). bfp8_select is this with the built-in table;

@@ -591,11 +591,19 @@ has err "blockfp8 explain: strict cpu cannot run this problem: "
 has err "cuda"
 has out "problem: device=cuda m=16 n=2112 k=7168 out=bf16 scales=fp32 bias=none acts=prior-kernel"
 # --gemm: a plain GEMM call's problem (activations arrive quantized; no kernel for hopper to start behind).
-expect 1 "$cli" explain --m 16 --n 2112 --k 7168 --device cuda --arch 90 --gemm --backend cpu --strict
+expect 1 "$cli" explain --m 16 --n 2112 --k 7168 --device cuda --arch 90 --gemm --card "NVIDIA H200" --backend cpu --strict
 has out "problem: device=cuda m=16 n=2112 k=7168 out=bf16 scales=fp32 bias=none arch=sm_90"
 lacks out "acts=prior-kernel"
 # On cuda the measured table's cell ranks it (a DeepSeek-R1 cell), or the priorities where none covers it.
-has out "ranking: measured: sm_90 bf16 N=2112 K=7168 M=16, run "
+has out "ranking: measured on NVIDIA H200: sm_90 bf16 N=2112 K=7168 M=16, run "
+# --card: another card's cells where the table has them, else the reference card's, said so.
+expect 1 "$cli" explain --m 128 --n 7168 --k 16384 --device cuda --arch 90 --gemm --card "NVIDIA H100 80GB HBM3" --backend cpu --strict
+has out "arch=sm_90 card='NVIDIA H100 80GB HBM3'"
+has out "ranking: measured on NVIDIA H100 80GB HBM3: sm_90 bf16 N=7168 K=16384 M=128, run bench-h100-"
+expect 1 "$cli" explain --m 128 --n 7168 --k 16384 --device cuda --arch 90 --gemm --card "NVIDIA H800" --backend cpu --strict
+has out "ranking: measured on NVIDIA H200 (this device, NVIDIA H800, has no cells here): sm_90 bf16 N=7168 K=16384 M=128"
+expect 2 "$cli" explain --m 1 --n 1 --k 1 --card ""
+has err "--card needs a name"
 expect 1 "$cli" explain --m 16 --n 2112 --k 7200 --device cuda --arch 90 --gemm --backend cpu --strict
 has out "ranking: caps priority (no measured cell for sm_90 N=2112 K=7200)"
 expect 1 "$cli" explain --m 1 --n 1 --k 1 --backend no_such_backend

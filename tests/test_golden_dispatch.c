@@ -2,11 +2,12 @@
  * - The measured ranking's rules (src/rank.h), pinned on a table and mock backends of this test's own: the faster
  *   measured backend wins whatever its priority, nearest measured M in log space (the geometric midpoints exactly),
  *   the dtype of the same size, a measured backend above an unmeasured one, caps priority outside the table, ties
- *   to the first registered, and the table never making a backend capable.
- * - The built-in table (bench/data/rank-*.csv): well formed, covering every cell of the DeepSeek-R1 table, and, on
- *   a registry that models an H200 (the real backends' declared capabilities, sm_90), `auto` within 1% of the
- *   fastest capable backend measured in every cell, in GEMM and linear calls; the M between cells following their
- *   nearest cell; shapes outside the table on the priorities.
+ *   to the first registered, the table never making a backend capable, and each card ranked by its own cells (else
+ *   the reference card's, or the first listed card's that has the shape).
+ * - The built-in table (bench/data/rank-*.csv): well formed, covering every cell of the DeepSeek-R1 table on each of
+ *   its cards, and, on a registry of the real backends' declared capabilities (sm_90), `auto` within 1% of the
+ *   fastest capable backend measured in every cell of every card, in GEMM and linear calls; the M between cells
+ *   following their nearest cell; shapes outside the table on the priorities.
  * - `explain` saying which cell ranked a problem, or that the priorities did.
  * - On the host, `cpu` for every DeepSeek-R1 layer. */
 #include "check.h"
@@ -70,17 +71,23 @@ static const bfp8_backend beta = {.name = "beta", .caps = MOCK_CAPS(20, ALL_FLOA
 static const bfp8_backend gamma_ = {.name = "gamma", .caps = MOCK_CAPS(30, ALL_FLOATS), .gemm = never_runs};
 
 static const char *const kTestBackends[] = {"alpha", "beta"};
-static const char *const kTestSources[] = {"test-run (tests/test_golden_dispatch.c)"};
+static const char *const kTestSources[] = {"test-run (tests/test_golden_dispatch.c)", "other-run (here too)"};
+/* Card 0 is the reference; card 1 orders two shapes the other way and alone measured a third. */
+static const char *const kTestCards[] = {"Ref GPU", "Other GPU"};
 static const bfp8_rank_cell kTestCells[] = {
-    {90, BFP8_DTYPE_BF16, 1000, 2000, 1, 0, {5, 10}},
-    {90, BFP8_DTYPE_BF16, 1000, 2000, 64, 0, {10, 5}},
-    {90, BFP8_DTYPE_BF16, 1000, 2000, 4096, 0, {0, 100}}, /* alpha not measured */
-    {90, BFP8_DTYPE_F16, 5000, 2000, 16, 0, {1, 2}},       /* f16 cells only */
-    {90, BFP8_DTYPE_F32, 3000, 2000, 16, 0, {7, 7}},       /* a tie */
-    {90, BFP8_DTYPE_BF16, 7000, 2000, 16, 0, {NAN, -1}},   /* not times: not measured */
+    {90, 0, BFP8_DTYPE_BF16, 1000, 2000, 1, 0, {5, 10}},
+    {90, 0, BFP8_DTYPE_BF16, 1000, 2000, 64, 0, {10, 5}},
+    {90, 0, BFP8_DTYPE_BF16, 1000, 2000, 4096, 0, {0, 100}}, /* alpha not measured */
+    {90, 0, BFP8_DTYPE_F16, 5000, 2000, 16, 0, {1, 2}},       /* f16 cells only */
+    {90, 0, BFP8_DTYPE_F32, 3000, 2000, 16, 0, {7, 7}},       /* a tie */
+    {90, 0, BFP8_DTYPE_BF16, 7000, 2000, 16, 0, {NAN, -1}},   /* not times: not measured */
+    {90, 1, BFP8_DTYPE_BF16, 1000, 2000, 1, 1, {10, 5}},      /* [6] */
+    {90, 1, BFP8_DTYPE_BF16, 1000, 2000, 64, 1, {5, 10}},
+    {90, 1, BFP8_DTYPE_F16, 5000, 2000, 16, 1, {2, 1}},       /* [8]: f16, as card 0's */
+    {90, 1, BFP8_DTYPE_BF16, 9000, 2000, 16, 1, {3, 4}},      /* [9]: only card 1 measured it */
 };
 static const bfp8_rank_table kTestTable = {.backends = kTestBackends, .nbackends = 2, .sources = kTestSources,
-                                           .nsources = 1, .cells = kTestCells,
+                                           .nsources = 2, .cards = kTestCards, .ncards = 2, .cells = kTestCells,
                                            .ncells = sizeof kTestCells / sizeof kTestCells[0]};
 
 static void expect_choice(const bfp8_backend *const *list, size_t count, const bfp8_problem *p,
@@ -191,12 +198,73 @@ static void test_rules(void) {
     p = cuda_problem(90, 9, 1000, 2000, BFP8_DTYPE_F16, false);
     r = bfp8_rank_find(t, &p);
     bfp8_rank_describe(&r, &p, buf, sizeof buf);
-    CHECK(strcmp(buf, "measured: sm_90 bf16 N=1000 K=2000 M=64 (nearest measured M to 9) (the bf16 cell for f16 "
-                      "output), run test-run (tests/test_golden_dispatch.c)") == 0, "describe: '%s'", buf);
+    CHECK(strcmp(buf, "measured on Ref GPU: sm_90 bf16 N=1000 K=2000 M=64 (nearest measured M to 9) (the bf16 cell "
+                      "for f16 output), run test-run (tests/test_golden_dispatch.c)") == 0, "describe: '%s'", buf);
     p = cuda_problem(90, 1, 1000, 2048, BFP8_DTYPE_BF16, false);
     r = bfp8_rank_find(t, &p);
     bfp8_rank_describe(&r, &p, buf, sizeof buf);
     CHECK(strcmp(buf, "caps priority (no measured cell for sm_90 N=1000 K=2048)") == 0, "describe: '%s'", buf);
+}
+
+/* Which card's cells: the problem's own, else the first listed card's that has the shape (the reference first);
+ * names compare exactly; the dtype rule applies within a card, before falling back to another card. */
+static void test_cards(void) {
+    const bfp8_backend *list[] = {&alpha, &beta, &gamma_};
+    const bfp8_rank_table *t = &kTestTable;
+    bfp8_problem p = cuda_problem(90, 1, 1000, 2000, BFP8_DTYPE_BF16, false);
+    bfp8_rank r = bfp8_rank_find(t, &p);
+    CHECK(r.cell == &kTestCells[0] && !r.other_card, "no card: the reference card's cell");
+    expect_choice(list, 3, &p, t, "alpha", "no card: the reference card's order");
+    p.card = "Other GPU";
+    r = bfp8_rank_find(t, &p);
+    CHECK(r.cell == &kTestCells[6] && !r.other_card, "card 1: its own cell");
+    expect_choice(list, 3, &p, t, "beta", "card 1: its own order at M=1");
+    p.m = 64;
+    expect_choice(list, 3, &p, t, "alpha", "card 1: its own order at M=64");
+    p.m = 4096; /* card 1 measured M = 1 and 64 only: the nearest of its own cells, not card 0's M=4096 */
+    CHECK(bfp8_rank_find(t, &p).cell == &kTestCells[7], "card 1 at M=4096: not its M=64 cell");
+    /* An unknown card, and a name that differs only in case: the reference card's cells, marked as another's. */
+    const char *const strangers[] = {"Unknown GPU", "other gpu", ""};
+    for (size_t i = 0; i < sizeof strangers / sizeof strangers[0]; i++) {
+        p = cuda_problem(90, 1, 1000, 2000, BFP8_DTYPE_BF16, false);
+        p.card = strangers[i];
+        r = bfp8_rank_find(t, &p);
+        CHECK(r.cell == &kTestCells[0] && r.other_card, "card '%s': the reference card's cell, marked", strangers[i]);
+        expect_choice(list, 3, &p, t, "alpha", "unknown card: the reference card's order");
+    }
+    char buf[512];
+    p.card = "Unknown GPU";
+    r = bfp8_rank_find(t, &p);
+    bfp8_rank_describe(&r, &p, buf, sizeof buf);
+    CHECK(strcmp(buf, "measured on Ref GPU (this device, Unknown GPU, has no cells here): sm_90 bf16 N=1000 K=2000 "
+                      "M=1, run test-run (tests/test_golden_dispatch.c)") == 0, "describe: '%s'", buf);
+    /* A shape only card 1 measured ranks every card by card 1's cells; card 1's own problem is not marked. */
+    p = cuda_problem(90, 16, 9000, 2000, BFP8_DTYPE_BF16, false);
+    r = bfp8_rank_find(t, &p);
+    CHECK(r.cell == &kTestCells[9] && !r.other_card, "no card, a shape only card 1 has");
+    expect_choice(list, 3, &p, t, "alpha", "no card, a shape only card 1 has");
+    p.card = "Ref GPU";
+    r = bfp8_rank_find(t, &p);
+    CHECK(r.cell == &kTestCells[9] && r.other_card, "card 0, a shape only card 1 has");
+    bfp8_rank_describe(&r, &p, buf, sizeof buf);
+    CHECK(strcmp(buf, "measured on Other GPU (this device, Ref GPU, has no cells here): sm_90 bf16 N=9000 K=2000 "
+                      "M=16, run other-run (here too)") == 0, "describe: '%s'", buf);
+    /* The dtype rule inside a card first: f16 output on card 1 takes card 1's f16 cell, and bf16 output card 1's
+     * f16 cell rather than another card's bf16 one. */
+    p = cuda_problem(90, 16, 5000, 2000, BFP8_DTYPE_BF16, false);
+    p.card = "Other GPU";
+    CHECK(bfp8_rank_find(t, &p).cell == &kTestCells[8], "card 1, bf16 output: not its f16 cell");
+    expect_choice(list, 3, &p, t, "beta", "card 1, the same-size dtype");
+    /* No card has the shape: the priorities, whatever the card. */
+    p = cuda_problem(90, 16, 1000, 2048, BFP8_DTYPE_BF16, false);
+    p.card = "Other GPU";
+    r = bfp8_rank_find(t, &p);
+    CHECK(!r.cell && r.miss == BFP8_RANK_MISS_SHAPE && !r.other_card, "a shape no card measured");
+    /* f32 on card 1: card 1 has no f32 cell of 3000x2000, card 0 has: card 0's. */
+    p = cuda_problem(90, 16, 3000, 2000, BFP8_DTYPE_F32, false);
+    p.card = "Other GPU";
+    r = bfp8_rank_find(t, &p);
+    CHECK(r.cell == &kTestCells[4] && r.other_card, "card 1, f32: card 0's f32 cell");
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -211,8 +279,9 @@ static int table_index(const char *name) {
 }
 
 static int cmp_key(const bfp8_rank_cell *a, const bfp8_rank_cell *b) {
-    const int64_t ka[5] = {a->arch, a->out_dtype, a->n, a->k, a->m}, kb[5] = {b->arch, b->out_dtype, b->n, b->k, b->m};
-    for (int i = 0; i < 5; i++)
+    const int64_t ka[6] = {a->arch, a->card, a->out_dtype, a->n, a->k, a->m},
+                  kb[6] = {b->arch, b->card, b->out_dtype, b->n, b->k, b->m};
+    for (int i = 0; i < 6; i++)
         if (ka[i] != kb[i]) return ka[i] < kb[i] ? -1 : 1;
     return 0;
 }
@@ -225,6 +294,11 @@ static void test_builtin_well_formed(void) {
     for (int i = 0; i < t->nbackends; i++)
         for (int j = 0; j < i; j++)
             CHECK(strcmp(t->backends[i], t->backends[j]) != 0, "backend %s twice", t->backends[i]);
+    /* The reference card first (scripts/make-rank-table.py's REFERENCE_CARD), each card once. */
+    CHECK(t->ncards >= 1 && t->cards[0] && strcmp(t->cards[0], "NVIDIA H200") == 0, "built-in table: card 0 is '%s'",
+          t->ncards >= 1 && t->cards[0] ? t->cards[0] : "(none)");
+    for (int i = 0; i < t->ncards; i++)
+        for (int j = 0; j < i; j++) CHECK(strcmp(t->cards[i], t->cards[j]) != 0, "card %s twice", t->cards[i]);
     for (size_t i = 0; i < t->ncells; i++) {
         const bfp8_rank_cell *c = &t->cells[i];
         int measured = 0;
@@ -238,24 +312,29 @@ static void test_builtin_well_formed(void) {
         CHECK(c->out_dtype == BFP8_DTYPE_BF16 || c->out_dtype == BFP8_DTYPE_F16 || c->out_dtype == BFP8_DTYPE_F32,
               "cell %zu: dtype %d", i, (int)c->out_dtype);
         CHECK(c->source >= 0 && c->source < t->nsources, "cell %zu: source %d", i, c->source);
+        CHECK(c->card >= 0 && c->card < t->ncards, "cell %zu: card %d", i, c->card);
         if (i) CHECK(cmp_key(&t->cells[i - 1], c) < 0, "cells %zu and %zu out of order or the same", i - 1, i);
     }
 }
 
-/* Every cell of the DeepSeek-R1 table on sm_90 with bf16 output, with hopper and cublaslt both measured. */
+/* On every card of the table, every cell of the DeepSeek-R1 table on sm_90 with bf16 output, its own, with hopper
+ * and cublaslt both measured. */
 static void test_builtin_covers_dsr1(void) {
+    const bfp8_rank_table *t = &bfp8_rank_table_builtin;
     const int hopper = table_index("hopper"), cublaslt = table_index("cublaslt");
     CHECK(hopper >= 0 && cublaslt >= 0, "the built-in table has no hopper or no cublaslt column");
     if (hopper < 0 || cublaslt < 0) return;
-    for (int l = 0; l < NUM_LAYERS; l++)
-        for (int mi = 0; mi < NUM_M; mi++) {
-            bfp8_problem p = cuda_problem(90, DSR1_M[mi], DSR1[l].n, DSR1[l].k, BFP8_DTYPE_BF16, false);
-            bfp8_rank r = bfp8_rank_find(&bfp8_rank_table_builtin, &p);
-            CHECK(r.cell && r.cell->m == p.m && r.cell->out_dtype == BFP8_DTYPE_BF16 && r.cell->us[hopper] > 0 &&
-                      r.cell->us[cublaslt] > 0,
-                  "DeepSeek-R1 %s M=%lld: no measured sm_90 bf16 cell with hopper and cublaslt", DSR1[l].name,
-                  (long long)p.m);
-        }
+    for (int card = 0; card < t->ncards; card++)
+        for (int l = 0; l < NUM_LAYERS; l++)
+            for (int mi = 0; mi < NUM_M; mi++) {
+                bfp8_problem p = cuda_problem(90, DSR1_M[mi], DSR1[l].n, DSR1[l].k, BFP8_DTYPE_BF16, false);
+                p.card = t->cards[card];
+                bfp8_rank r = bfp8_rank_find(t, &p);
+                CHECK(r.cell && r.cell->card == card && r.cell->m == p.m && r.cell->out_dtype == BFP8_DTYPE_BF16 &&
+                          r.cell->us[hopper] > 0 && r.cell->us[cublaslt] > 0,
+                      "%s, DeepSeek-R1 %s M=%lld: no measured sm_90 bf16 cell of its own with hopper and cublaslt",
+                      t->cards[card], DSR1[l].name, (long long)p.m);
+            }
 }
 
 /* explain on a registry of mocks that carry the real names (the table keys backends by name): the cell, the
@@ -275,14 +354,21 @@ static void test_explain(void) {
 
     struct {
         int64_t m, n, k;
-        const char *ranking;
+        const char *card, *ranking;
     } cases[] = {
-        {3000, 7168, 18432, "ranking: measured: sm_90 bf16 N=7168 K=18432 M=4096 (nearest measured M to 3000), run "},
-        {16, 2112, 7168, "ranking: measured: sm_90 bf16 N=2112 K=7168 M=16, run "},
-        {16, 1000, 7168, "ranking: caps priority (no measured cell for sm_90 N=1000 K=7168)\n"},
+        {3000, 7168, 18432, NULL,
+         "ranking: measured on NVIDIA H200: sm_90 bf16 N=7168 K=18432 M=4096 (nearest measured M to 3000), run "},
+        {16, 2112, 7168, NULL, "ranking: measured on NVIDIA H200: sm_90 bf16 N=2112 K=7168 M=16, run "},
+        {128, 7168, 16384, "NVIDIA H100 80GB HBM3",
+         "ranking: measured on NVIDIA H100 80GB HBM3: sm_90 bf16 N=7168 K=16384 M=128, run "},
+        {128, 7168, 16384, "NVIDIA H800",
+         "ranking: measured on NVIDIA H200 (this device, NVIDIA H800, has no cells here): sm_90 bf16 N=7168 "
+         "K=16384 M=128, run "},
+        {16, 1000, 7168, NULL, "ranking: caps priority (no measured cell for sm_90 N=1000 K=7168)\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bfp8_problem p = cuda_problem(90, cases[i].m, cases[i].n, cases[i].k, BFP8_DTYPE_BF16, true);
+        p.card = cases[i].card;
         FILE *f = tmpfile();
         CHECK(f != NULL, "tmpfile");
         if (!f) break;
@@ -302,7 +388,12 @@ static void test_explain(void) {
         char head[64];
         snprintf(head, sizeof head, "):\n  %s ", want);
         CHECK(first && strncmp(first, head, strlen(head)) == 0, "explain lists another backend first:\n%s", text);
-        const bool measured = strstr(cases[i].ranking, "measured:") != NULL;
+        if (p.card) {
+            char card_line[96];
+            snprintf(card_line, sizeof card_line, " arch=sm_90 card='%s'\n", p.card);
+            CHECK(strstr(text, card_line), "explain's problem line names no card:\n%s", text);
+        }
+        const bool measured = strstr(cases[i].ranking, "measured on ") != NULL;
         CHECK(strstr(text, measured ? "backends (by measured time, then priority):" : "backends (by priority):"),
               "explain's backend header:\n%s", text);
         if (measured) CHECK(strstr(text, " us  priority "), "explain shows no measured times:\n%s", text);
@@ -345,19 +436,20 @@ static void test_h200_every_cell(void) {
         for (int o = 0; o < 2; o++)
             for (int linear = 0; linear < 2; linear++) {
                 bfp8_problem p = cuda_problem(90, c->m, c->n, c->k, outs[o], linear);
+                p.card = t->cards[c->card];
                 bfp8_rank r = bfp8_rank_find(t, &p);
                 if (r.cell != c) continue; /* an f16 cell of its own ranks f16 */
                 const double best = fastest_capable(list, count, &r, &p);
                 const char *got = choose(list, count, &p, t);
                 double us = bfp8_rank_time(&r, got);
                 CHECK(best > 0 && us > 0 && us <= 1.01 * best,
-                      "sm_90 M=%lld N=%lld K=%lld out=%s %s: auto chose %s (%.1f us), the fastest capable took %.1f us",
-                      (long long)p.m, (long long)p.n, (long long)p.k, bfp8_dtype_name(p.out_dtype),
+                      "%s M=%lld N=%lld K=%lld out=%s %s: auto chose %s (%.1f us), the fastest capable took %.1f us",
+                      p.card, (long long)p.m, (long long)p.n, (long long)p.k, bfp8_dtype_name(p.out_dtype),
                       linear ? "linear" : "gemm", got, us, best);
                 pinned++;
             }
     }
-    CHECK(pinned >= 4 * NUM_LAYERS * NUM_M, "only %d cells pinned", pinned);
+    CHECK(pinned >= 4 * NUM_LAYERS * NUM_M * t->ncards, "only %d cells pinned", pinned);
     /* The case issue 31 names: M=4096 7168x18432, where the priorities chose cuBLASLt (916.3 us) over hopper
      * (869.9 us). Now the faster of the two as measured, whichever it is. */
     bfp8_problem p = cuda_problem(90, 4096, 7168, 18432, BFP8_DTYPE_BF16, false);
@@ -373,12 +465,14 @@ static void test_h200_between_cells(void) {
     const bfp8_backend *const *list = h200(&count);
     const bfp8_rank_table *t = &bfp8_rank_table_builtin;
     int probes = 0;
-    for (int l = 0; l < NUM_LAYERS; l++) {
+    for (int lc = 0; lc < NUM_LAYERS * t->ncards; lc++) {
+        const int l = lc % NUM_LAYERS, card = lc / NUM_LAYERS;
         int64_t measured[32];
         int nm = 0;
         for (size_t i = 0; i < t->ncells && nm < 32; i++) {
             const bfp8_rank_cell *c = &t->cells[i];
-            if (c->arch == 90 && c->out_dtype == BFP8_DTYPE_BF16 && c->n == DSR1[l].n && c->k == DSR1[l].k)
+            if (c->arch == 90 && c->card == card && c->out_dtype == BFP8_DTYPE_BF16 && c->n == DSR1[l].n &&
+                c->k == DSR1[l].k)
                 measured[nm++] = c->m;
         }
         for (int probe = 0; probe < 48; probe++) {
@@ -401,8 +495,9 @@ static void test_h200_between_cells(void) {
             }
             if (best < 0 || second_d - best_d < 1e-9) continue; /* a midpoint */
             bfp8_problem p = cuda_problem(90, m, DSR1[l].n, DSR1[l].k, BFP8_DTYPE_BF16, false);
-            CHECK(cell_m(t, &p) == measured[best], "%s M=%lld: the M=%lld cell, want M=%lld", DSR1[l].name,
-                  (long long)m, (long long)cell_m(t, &p), (long long)measured[best]);
+            p.card = t->cards[card];
+            CHECK(cell_m(t, &p) == measured[best], "%s, %s M=%lld: the M=%lld cell, want M=%lld", p.card,
+                  DSR1[l].name, (long long)m, (long long)cell_m(t, &p), (long long)measured[best]);
             bfp8_problem at = p;
             at.m = measured[best];
             char want[64];
@@ -411,7 +506,7 @@ static void test_h200_between_cells(void) {
             probes++;
         }
     }
-    CHECK(probes > NUM_LAYERS * 40, "only %d probes", probes);
+    CHECK(probes > NUM_LAYERS * t->ncards * 40, "only %d probes", probes);
 }
 
 /* Off the table and off the fast path, each rule lands where it should. */
@@ -559,6 +654,7 @@ static void test_grouped_boundaries(const bfp8_backend *const *list, size_t coun
 int main(void) {
     test_seed();
     test_rules();
+    test_cards();
     test_builtin_well_formed();
     test_builtin_covers_dsr1();
     test_explain();

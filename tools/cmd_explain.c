@@ -6,7 +6,7 @@
 
 static const char usage[] =
     "usage: blockfp8 explain --m M --n N --k K [--out-dtype bf16|fp16|fp32] [--scale-format fp32|ue8m0]\n"
-    "                        [--device cpu|cuda] [--arch SM] [--bias] [--bias-dtype fp32|bf16|fp16]\n"
+    "                        [--device cpu|cuda] [--arch SM] [--card NAME] [--bias] [--bias-dtype fp32|bf16|fp16]\n"
     "                        [--gemm] [--backend NAME] [--strict]\n"
     "                        [--grouped contiguous|masked --groups G [--expected-m E]]\n"
     "\n"
@@ -20,6 +20,8 @@ static const char usage[] =
     "  --scale-format    scale format of both operands (default fp32)\n"
     "  --device          where the data lives (default cpu)\n"
     "  --arch SM         CUDA compute capability x10 (default: the current device's, for --device cuda)\n"
+    "  --card NAME       the GPU as the driver names it, whose measured cells rank the backends, e.g.\n"
+    "                    \"NVIDIA H100 80GB HBM3\" (default: the current device's; none: the reference card's)\n"
     "  --bias            the layer has a bias (dtype from --bias-dtype, default fp32)\n"
     "  --gemm            a plain GEMM call instead: the activations arrive quantized (no kernel to start behind)\n"
     "  --backend NAME    prefer NAME (default policy: auto, or BFP8_BACKEND)\n"
@@ -38,7 +40,7 @@ int cmd_explain(int argc, char **argv) {
     bool has_bias = false, strict = false, gemm = false;
     bfp8_grouped_layout grouped = BFP8_GROUPED_NONE;
     int64_t groups = 0, expected_m = 0;
-    const char *backend = NULL;
+    const char *backend = NULL, *card = NULL;
     int rc;
 
     for (int i = 1; i < argc; i++) {
@@ -60,6 +62,9 @@ int cmd_explain(int argc, char **argv) {
             if ((rc = cli_want_i64(cmd, usage, "--k", v, 0, CLI_MAX_DIM, &k))) return rc;
         } else if (cli_opt(argc, argv, &i, "--arch", &v)) {
             if ((rc = cli_want_i64(cmd, usage, "--arch", v, 0, 1000, &arch))) return rc;
+        } else if (cli_opt(argc, argv, &i, "--card", &v)) {
+            if (!v || !*v) return cli_usage_error(cmd, usage, "--card needs a name");
+            card = v;
         } else if (cli_opt(argc, argv, &i, "--out-dtype", &v)) {
             if (!cli_parse_out_dtype(v, &out_dtype))
                 return cli_usage_error(cmd, usage, "bad --out-dtype '%s' (bf16, fp16 or fp32)", v ? v : "");
@@ -110,6 +115,7 @@ int cmd_explain(int argc, char **argv) {
     st = cli_layer_problem(device, m, n, k, out_dtype, format, has_bias, bias_dtype, &p);
     if (st != BFP8_OK) return cli_lib_error(cmd, "problem", st);
     if (arch >= 0) p.arch = (int)arch;
+    if (card) p.card = card;
     if (gemm) p.act_from_prior_kernel = false;
     if (grouped != BFP8_GROUPED_NONE) {
         p.grouped = grouped;

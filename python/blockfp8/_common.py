@@ -468,6 +468,8 @@ def explain(m, n, k, out_dtype="bf16", scale_format="fp32", device="cpu", bias=N
     every backend with "ok" or the reason it cannot run the problem, the unavailable ones, and the choice of the
     current policy. Returns an Explanation: print() it for the text, or read its attributes / as_dict().
 
-    device 'cuda' asks about the current CUDA device unless arch (compute capability x10, e.g. 90) is given.
+    device 'cuda' asks about the current CUDA device, its arch and its card (whose measured cells rank the
+    backends), unless arch (compute capability x10, e.g. 90) is given: then a device of that arch, ranked by the
+    reference card's cells (docs/dispatch.md, "Which card").
     gemm=True poses a plain GEMM call (activations already quantized) instead of a linear call."""
     return explain_problem(m, n, k, out_dtype, scale_format, device, bias, arch, None, None, False if gemm else None)

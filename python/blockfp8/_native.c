@@ -1316,13 +1316,16 @@ static int arg_problem(PyObject *const *args, bfp8_problem *p) {
         arg_i64(args[8], &b_set) || arg_int(args[9], &has_bias) || arg_int(args[10], &bias_dtype) ||
         arg_int(args[11], &prior))
         return -1;
+    /* The current device's card with its arch; a given arch poses a device of that arch, ranked by the reference
+     * card's cells. */
+    const char *card = arch < 0 && device == BFP8_DEVICE_CUDA ? bfp8_cuda_card() : NULL;
     if (arch < 0) arch = device == BFP8_DEVICE_CUDA ? current_arch() : 0;
     *p = (bfp8_problem){
         .device = (bfp8_device)device, .arch = arch, .m = m, .n = n, .k = k,
         .out_dtype = (bfp8_dtype)out_dtype, .scale_format = (bfp8_scale_format)fmt,
         .a_layouts = (uint32_t)a_set, .b_layouts = (uint32_t)b_set,
         .has_bias = has_bias != 0, .bias_dtype = has_bias ? (bfp8_dtype)bias_dtype : BFP8_DTYPE_F32,
-        .act_from_prior_kernel = prior != 0,
+        .act_from_prior_kernel = prior != 0, .card = card,
     };
     return 0;
 }

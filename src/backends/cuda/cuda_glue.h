@@ -9,6 +9,7 @@
 typedef struct bfp8_cuda_device_info {
     int arch; /* compute capability x10 */
     int num_sms;
+    char name[256]; /* as cudaDeviceProp::name */
 } bfp8_cuda_device_info;
 
 /* BFP8_ERR_DEVICE with "<what>: <error name> (<error string>)". */

@@ -60,6 +60,13 @@ static void cuda_discover(void) {
             return;
         }
         d->arch = major * 10 + minor;
+        struct cudaDeviceProp prop;
+        if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+            snprintf(g_cuda.why, sizeof g_cuda.why, "no usable CUDA device: cudaGetDeviceProperties(%d): %s", i,
+                     cudaGetErrorString(cudaGetLastError()));
+            return;
+        }
+        snprintf(d->name, sizeof d->name, "%s", prop.name);
     }
     g_cuda.count = count;
     g_cuda.available = true;
@@ -92,6 +99,16 @@ int bfp8_cuda_arch(void) {
     if (!bfp8_cuda_available(NULL, 0)) return 0;
     if (bfp8_cuda_device_info_get(&info) != BFP8_OK) return 0;
     return info.arch;
+}
+
+const char *bfp8_cuda_card(void) {
+    if (!bfp8_cuda_available(NULL, 0)) return NULL;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= g_cuda.count) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return g_cuda.info[dev].name; /* g_cuda lives as long as the process */
 }
 
 /* ---- device memory ----------------------------------------------------------------------------------------- */
