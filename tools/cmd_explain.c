@@ -21,7 +21,8 @@ static const char usage[] =
     "  --device          where the data lives (default cpu)\n"
     "  --arch SM         CUDA compute capability x10 (default: the current device's, for --device cuda)\n"
     "  --card NAME       the GPU as the driver names it, whose measured cells rank the backends, e.g.\n"
-    "                    \"NVIDIA H100 80GB HBM3\" (default: the current device's; none: the reference card's)\n"
+    "                    \"NVIDIA H100 80GB HBM3\" (default: the current device's, or with --arch none: the\n"
+    "                    reference card's cells)\n"
     "  --bias            the layer has a bias (dtype from --bias-dtype, default fp32)\n"
     "  --gemm            a plain GEMM call instead: the activations arrive quantized (no kernel to start behind)\n"
     "  --backend NAME    prefer NAME (default policy: auto, or BFP8_BACKEND)\n"
@@ -102,6 +103,7 @@ int cmd_explain(int argc, char **argv) {
     bfp8_status st = cli_apply_policy(d, backend, strict);
     if (st != BFP8_OK) return cli_lib_error(cmd, "policy", st);
 
+    const bool arch_given = arch >= 0; /* another GPU of that arch: not this machine's card */
     if (arch < 0 && device == BFP8_DEVICE_CUDA) {
         /* Without a device there is no arch to pose the problem for (it would read as sm_0). */
         char why[256];
@@ -115,6 +117,7 @@ int cmd_explain(int argc, char **argv) {
     st = cli_layer_problem(device, m, n, k, out_dtype, format, has_bias, bias_dtype, &p);
     if (st != BFP8_OK) return cli_lib_error(cmd, "problem", st);
     if (arch >= 0) p.arch = (int)arch;
+    if (arch_given) p.card = NULL;
     if (card) p.card = card;
     if (gemm) p.act_from_prior_kernel = false;
     if (grouped != BFP8_GROUPED_NONE) {

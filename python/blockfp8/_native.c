@@ -1292,20 +1292,6 @@ static PyObject *py_unavailable(PyObject *self, PyObject *unused) {
     return out;
 }
 
-/* The arch the library reads for a CUDA problem (the current device's; 0 without one), through the public
- * problem builder on a minimal valid call that is never run. */
-static int current_arch(void) {
-    static uint8_t dummy[64];
-    bfp8_gemm_args g = {.m = 1, .n = 1, .k = 1, .a = dummy, .b = dummy, .y = dummy, .y_dtype = BFP8_DTYPE_F32,
-                        .device = BFP8_DEVICE_CUDA};
-    bfp8_problem p;
-    if (bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, dummy) != BFP8_OK ||
-        bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, 1, 1, dummy) != BFP8_OK ||
-        bfp8_problem_from_gemm(&g, &p) != BFP8_OK)
-        return 0;
-    return p.arch;
-}
-
 /* A problem from explain's arguments: (device, arch (-1: current), m, n, k, out_dtype, scale_format, a_layouts,
  * b_layouts, has_bias, bias_dtype, act_from_prior_kernel). */
 static int arg_problem(PyObject *const *args, bfp8_problem *p) {
@@ -1319,7 +1305,7 @@ static int arg_problem(PyObject *const *args, bfp8_problem *p) {
     /* The current device's card with its arch; a given arch poses a device of that arch, ranked by the reference
      * card's cells. */
     const char *card = arch < 0 && device == BFP8_DEVICE_CUDA ? bfp8_cuda_card() : NULL;
-    if (arch < 0) arch = device == BFP8_DEVICE_CUDA ? current_arch() : 0;
+    if (arch < 0) arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0;
     *p = (bfp8_problem){
         .device = (bfp8_device)device, .arch = arch, .m = m, .n = n, .k = k,
         .out_dtype = (bfp8_dtype)out_dtype, .scale_format = (bfp8_scale_format)fmt,

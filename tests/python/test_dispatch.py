@@ -44,6 +44,18 @@ def test_explain_cuda_problem_on_this_machine():
         assert e.choice is None and "no backend can run" in e.error
 
 
+def test_explain_current_device():
+    """device="cuda" without arch asks about this machine's GPU: its arch and its card (whose measured cells rank
+    the backends); with arch, a GPU of that arch and no card."""
+    text = str(blockfp8.explain(128, 7168, 16384, device="cuda"))
+    e = blockfp8.explain(128, 7168, 16384, device="cuda")
+    if blockfp8.cuda_available()[0]:
+        assert e.problem["arch"] >= 70 and " card='" in text
+    else:
+        assert e.problem["arch"] == 0 and "card=" not in text
+    assert "card=" not in str(blockfp8.explain(128, 7168, 16384, device="cuda", arch=90))
+
+
 def test_explain_reports_fallback_and_strict_failure():
     with blockfp8.policy("prefer", "hopper"):
         e = blockfp8.explain(4, 256, 256)
