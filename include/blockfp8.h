@@ -46,10 +46,12 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-/* 0.3.0: the backend interface moved to blockfp8_backend.h, bfp8_cuda_time left the library for the CLI, names
- * and parameter orders follow the conventions above (docs/api-0.3-renames.md maps every change), and bfp8_problem,
- * bfp8_caps and bfp8_backend gained their grouped (MoE) fields: update and rebuild programs written for 0.2. */
-#define BFP8_VERSION "0.3.0"
+/* 0.4.0: bfp8_problem gained `card` (which GPU's measurements rank `auto`) and bfp8_cuda_card is new: rebuild
+ * programs written for 0.3 (docs/api-0.4.md). 0.3.0: the backend interface moved to blockfp8_backend.h,
+ * bfp8_cuda_time left the library for the CLI, names and parameter orders follow the conventions above
+ * (docs/api-0.3-renames.md maps every change), and bfp8_problem, bfp8_caps and bfp8_backend gained their grouped
+ * (MoE) fields. */
+#define BFP8_VERSION "0.4.0"
 #define BFP8_BLOCK 128 /* group width along K, and the weight block edge */
 
 /* ---------------------------------------------------------------------------------------------------------------

@@ -2,11 +2,11 @@
 """Builds the measured ranking that `auto` uses on CUDA (docs/dispatch.md, "The measured ranking"): a CSV table of
 median times per backend under bench/data/, and src/rank_table.c, the same table as C data, generated from it.
 
-    scripts/make-rank-table.py json BENCH.json [BENCH.json ...] --arch 90 --card NAME --source ID [--csv FILE]
+    scripts/make-rank-table.py json BENCH.json [BENCH.json ...] --arch 90 --card NAME --source ID --csv FILE
                                [--merge]
-        the table FILE (default bench/data/rank-h200.csv) from `blockfp8 bench --device cuda --backend all
-        --json BENCH.json` runs, then src/rank_table.c from every bench/data/rank-*.csv
-    scripts/make-rank-table.py side-by-side CSV --arch 90 --card NAME [--source ID] [--csv FILE] [--merge]
+        the table FILE (bench/data/rank-<card>.csv, e.g. rank-h200.csv) from `blockfp8 bench --device cuda
+        --backend all --json BENCH.json` runs, then src/rank_table.c from every rank-*.csv beside it
+    scripts/make-rank-table.py side-by-side CSV --arch 90 --card NAME [--source ID] --csv FILE [--merge]
         the same from a side-by-side table (bench/data/side-by-side-*.csv: its hopper_us and blockfp8_cublaslt_us
         columns, the backends `hopper` and `cublaslt`)
     scripts/make-rank-table.py c
@@ -23,7 +23,7 @@ rows are (arch, card, out_dtype, n, k, m, source) and one `<backend>_us` column 
 backend did not run the cell (`n/a` in the bench: it cannot). Without --merge the new run replaces the table; with
 --merge it replaces only the shapes (arch, card, out_dtype, n, k) it measured, so one shape's cells on one card
 always come from one run. The C table lists the reference card (REFERENCE_CARD) first: a card without cells of
-its own for a shape is ranked by the first listed card that has them. The script checks what it reads and fails
+its own for a problem's shape and dtype is ranked by the first listed card that has them. The script checks what it reads and fails
 with a message: the same cell twice, a time that is not positive, a CPU record.
 """
 import argparse
@@ -37,7 +37,6 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "bench", "data")
-DEFAULT_CSV = os.path.join(DATA, "rank-h200.csv")
 C_OUT = os.path.join(ROOT, "src", "rank_table.c")
 MAX_BACKENDS = 8  # BFP8_RANK_MAX_BACKENDS in src/rank.h
 MAX_M = 1 << 31  # BFP8_RANK_MAX_M: the lookup multiplies two measured M in int64
@@ -266,8 +265,8 @@ def c_source(data):
         "static const char *const kSources[] = {",
         *[f'    "{s} ({origin[s]})",' for s in sources],
         "};",
-        "/* The cards measured, the reference card first (a card without cells of its own for a shape reads the first",
-        " * listed card's that has them). */",
+        "/* The cards measured, the reference card first (a card without cells of its own for a problem's shape and",
+        " * dtype reads the first listed card's that has them). */",
         "static const char *const kCards[] = {" + ", ".join(f'"{c}"' for c in cards) + "};",
         "",
         "static const bfp8_rank_cell kCells[] = {",
@@ -307,6 +306,12 @@ def write_c(path, data):
 
 
 def write_new_table(t, path, merge, c_out):
+    if not merge and os.path.exists(path):
+        # A run replaces its own card's table; another card's cells go only with --merge (or to their own file).
+        others = sorted({key[1] for key in read_table_csv(path).cells} - {key[1] for key in t.cells})
+        if others:
+            fail(f"{os.path.relpath(path, ROOT)} holds cells of {', '.join(others)}: without --merge this run would "
+                 f"drop them (name the card's own rank-<card>.csv, or pass --merge)")
     if merge and os.path.exists(path):
         old = read_table_csv(path)
         replaced = t.shapes()
@@ -331,7 +336,7 @@ def main():
         p.add_argument("--arch", type=int, required=True, help="compute capability x10 of the GPU that ran it")
         p.add_argument("--card", required=True, help="the GPU's name as the driver reports it, e.g. 'NVIDIA H200'")
         p.add_argument("--source", required=mode == "json", help="a short name for the run")
-        p.add_argument("--csv", default=DEFAULT_CSV, help="the table to write (default bench/data/rank-h200.csv)")
+        p.add_argument("--csv", required=True, help="the card's table to write, bench/data/rank-<card>.csv")
         p.add_argument("--merge", action="store_true", help="keep the table's shapes that the run did not measure")
         p.add_argument("--c-out", default=C_OUT, help="the C file, from every rank-*.csv beside --csv")
     for mode in ("c", "check"):

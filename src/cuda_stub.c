@@ -51,6 +51,10 @@ bfp8_status bfp8_cuda_free_async(void *ptr, void *stream) {
 
 int bfp8_cuda_arch(void) { return 0; }
 const char *bfp8_cuda_card(void) { return NULL; }
+void bfp8_cuda_identity(int *arch, const char **card) {
+    *arch = 0;
+    *card = NULL;
+}
 int bfp8_cuda_current_device(void) { return -1; }
 bool bfp8_cuda_stream_capturing(void *stream) {
     (void)stream;

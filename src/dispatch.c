@@ -515,8 +515,13 @@ static void describe_problem(const bfp8_problem *p, char *buf, size_t size) {
                         bfp8_scale_format_name(p->scale_format), p->has_bias ? bfp8_dtype_name(p->bias_dtype) : "none",
                         p->act_from_prior_kernel ? " acts=prior-kernel" : "");
     if (p->grouped != BFP8_GROUPED_NONE && used >= 0 && (size_t)used < size)
-        snprintf(buf + used, size - (size_t)used, " grouped=%s groups=%" PRId64 " expected_m=%" PRId64,
-                 bfp8_grouped_layout_name(p->grouped), p->groups, p->expected_m);
+        used += snprintf(buf + used, size - (size_t)used, " grouped=%s groups=%" PRId64 " expected_m=%" PRId64,
+                         bfp8_grouped_layout_name(p->grouped), p->groups, p->expected_m);
+    /* The device the ranking reads: its arch and card (docs/dispatch.md, "Which card"). */
+    if (p->device == BFP8_DEVICE_CUDA && used >= 0 && (size_t)used < size)
+        used += snprintf(buf + used, size - (size_t)used, " arch=sm_%d", p->arch);
+    if (p->device == BFP8_DEVICE_CUDA && p->card && used >= 0 && (size_t)used < size)
+        snprintf(buf + used, size - (size_t)used, " card='%s'", p->card);
 }
 
 bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8_decision *dec) {
@@ -549,7 +554,11 @@ bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8
     }
     bool print = false;
     if (d->log_dispatch) {
-        uint64_t h = fnv1a(0xcbf29ce484222325ull, p, sizeof *p);
+        /* The card by its text: the pointer may be any caller's copy of the name. */
+        bfp8_problem key = *p;
+        key.card = NULL;
+        uint64_t h = fnv1a(0xcbf29ce484222325ull, &key, sizeof key);
+        if (p->card) h = fnv1a(h, p->card, strlen(p->card) + 1);
         h = fnv1a(h, dec->backend->name, strlen(dec->backend->name));
         h = fnv1a(h, dec->reason, strlen(dec->reason));
         bool seen = false;
@@ -562,7 +571,7 @@ bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8
     pthread_mutex_unlock(&d->lock);
 
     if (print) {
-        char desc[256];
+        char desc[640];
         describe_problem(p, desc, sizeof desc);
         if (dec->fallback)
             fprintf(stderr, "blockfp8 dispatch: %s -> %s (fallback from %s: %s)\n", desc, dec->backend->name,
@@ -733,11 +742,9 @@ bfp8_status bfp8_dispatcher_explain(bfp8_dispatcher *d, const bfp8_problem *p, F
     BFP8_CHECK_ARG(d && out, "NULL argument");
     BFP8_TRY(check_problem(p));
     policy_snapshot pol = snapshot_policy(d);
-    char desc[256];
+    char desc[640];
     describe_problem(p, desc, sizeof desc);
     fprintf(out, "problem: %s", desc);
-    if (p->device == BFP8_DEVICE_CUDA) fprintf(out, " arch=sm_%d", p->arch);
-    if (p->device == BFP8_DEVICE_CUDA && p->card) fprintf(out, " card='%s'", p->card);
     fprintf(out, "\npolicy:  %s%s%s\n", policy_name(pol.policy), pol.policy == BFP8_POLICY_AUTO ? "" : " ",
             pol.preferred);
     /* The ranking's basis, then the backends in the order auto considers them (pick_auto's). */

@@ -69,10 +69,13 @@ bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args) {
 bfp8_problem bfp8_problem_of_operands(bfp8_device device, int64_t m, int64_t n, int64_t k, bfp8_dtype y_dtype,
                                       const bfp8_scales *a_scales, const bfp8_scales *b_scales, bool has_bias,
                                       bfp8_dtype bias_dtype) {
+    int arch = 0;
+    const char *card = NULL;
+    if (device == BFP8_DEVICE_CUDA) bfp8_cuda_identity(&arch, &card);
     return (bfp8_problem){
         .device = device,
-        .arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
-        .card = device == BFP8_DEVICE_CUDA ? bfp8_cuda_card() : NULL,
+        .arch = arch,
+        .card = card,
         .m = m,
         .n = n,
         .k = k,

@@ -177,6 +177,8 @@ extern const bfp8_backend bfp8_backend_cpu;
 bfp8_status bfp8_cuda_register_backends(bfp8_dispatcher *d);
 /* The current CUDA device's ordinal, or -1 (no CUDA). */
 int bfp8_cuda_current_device(void);
+/* bfp8_cuda_arch and bfp8_cuda_card in one look at the current device (what a CUDA problem records). */
+void bfp8_cuda_identity(int *arch, const char **card);
 /* Whether `stream` is capturing a CUDA graph (where allocations and synchronous copies are not allowed). */
 bool bfp8_cuda_stream_capturing(void *stream);
 /* Adds the number of inf and NaN among x[0..n) (f32/bf16/f16, device memory) to the device int64 `counter`, by a

@@ -66,10 +66,13 @@ bfp8_status bfp8_problem_for_linear(const bfp8_weight_info *w, bfp8_device devic
     BFP8_CHECK_ARG((unsigned)w->scale_format < (unsigned)BFP8_SCALE_FORMAT_COUNT, "linear: unknown scale format %d",
                    (int)w->scale_format);
     BFP8_TRY(check_linear_problem(device, m, w->n, w->k, y_dtype, has_bias, bias_dtype));
+    int arch = 0;
+    const char *card = NULL;
+    if (device == BFP8_DEVICE_CUDA) bfp8_cuda_identity(&arch, &card);
     *out = (bfp8_problem){
         .device = device,
-        .arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0,
-        .card = device == BFP8_DEVICE_CUDA ? bfp8_cuda_card() : NULL,
+        .arch = arch,
+        .card = card,
         .m = m,
         .n = w->n,
         .k = w->k,

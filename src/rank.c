@@ -132,8 +132,8 @@ void bfp8_rank_describe(const bfp8_rank *r, const bfp8_problem *p, char *buf, si
                  bfp8_dtype_name(p->out_dtype));
     const char *source = c->source >= 0 && c->source < r->table->nsources ? r->table->sources[c->source] : "?";
     const char *card = c->card >= 0 && c->card < r->table->ncards ? r->table->cards[c->card] : "?";
-    char other[BFP8_REASON_MAX / 2] = "";
-    if (r->other_card) snprintf(other, sizeof other, " (this device, %s, has no cells here)", p->card);
+    char other[BFP8_REASON_MAX] = "";
+    if (r->other_card) snprintf(other, sizeof other, " (%s has no cells of this shape and dtype)", p->card);
     snprintf(buf, size, "measured on %s%s: sm_%d %s N=%" PRId64 " K=%" PRId64 " M=%" PRId64 "%s, run %s", card, other,
              c->arch, bfp8_dtype_name(c->out_dtype), c->n, c->k, c->m, how, source);
 }

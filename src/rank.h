@@ -28,10 +28,10 @@ typedef struct bfp8_rank_table {
     const char *const *sources; /* each run: its name and the CSV that holds it */
     int nsources;
     /* The cards measured, as the driver names them (bfp8_problem::card); the first is the reference card, whose
-     * cells rank a card that has none of its own for a shape. */
+     * cells rank a card that has none of its own for a problem's shape and dtype. */
     const char *const *cards;
     int ncards;
-    const bfp8_rank_cell *cells; /* sorted by (arch, out_dtype, n, k, m), no key twice */
+    const bfp8_rank_cell *cells; /* sorted by (arch, card, out_dtype, n, k, m), no key twice */
     size_t ncells;
 } bfp8_rank_table;
 
@@ -51,23 +51,23 @@ typedef struct bfp8_rank {
     const bfp8_rank_table *table;
     const bfp8_rank_cell *cell;
     bfp8_rank_miss miss;
-    bool other_card; /* the cell was measured on another card than the problem's (its card has no cells there) */
+    bool other_card; /* the cell was measured on another card than the problem's, which has none there */
 } bfp8_rank;
 
-/* The cell that ranks `p`, or why none does. A CUDA problem takes the cells of its card (p->card), else, where
- * that card has none of the shape (or p->card is NULL), those of the first card in the table's list that has
- * them (the reference card first); of that card, the cells of its arch, N, K and output dtype, else those of the
- * other 2-byte dtype (bf16 for f16 and the reverse: the same bytes move); among them, the one whose M is nearest
- * in log space: for measured a < M < b, a's when M*M <= a*b, else b's; M below the smallest measured takes the
- * smallest, above the largest the largest (M = 0 counts as 1). Anything else has no cell. */
+/* The cell that ranks `p`, or why none does. A CUDA problem's cells are those of its arch, N, K and output dtype,
+ * else those of the other 2-byte dtype (bf16 for f16 and the reverse: the same bytes move), on its card
+ * (p->card); where that card has none (or p->card is NULL or unknown), on the first card in the table's list
+ * that has them (the reference card first). Among them, the one whose M is nearest in log space: for measured
+ * a < M < b, a's when M*M <= a*b, else b's; M below the smallest measured takes the smallest, above the largest
+ * the largest (M = 0 counts as 1). Anything else has no cell. */
 bfp8_rank bfp8_rank_find(const bfp8_rank_table *table, const bfp8_problem *p);
 
 /* The measured median time of backend `name` in the rank's cell, or 0 (no cell, or not measured there). */
 double bfp8_rank_time(const bfp8_rank *r, const char *name);
 
 /* "measured on NVIDIA H200: sm_90 bf16 N=7168 K=18432 M=4096 (nearest measured M to 3000), run NAME (CSV)", with
- * "(this device, CARD, has no cells here)" when the cell is another card's, or "caps priority: ..." with the reason
- * there is no cell. */
+ * "(CARD has no cells of this shape and dtype)" when the cell is another card's, or "caps priority: ..." with the
+ * reason there is no cell. */
 void bfp8_rank_describe(const bfp8_rank *r, const bfp8_problem *p, char *buf, size_t size);
 
 /* bfp8_select, ranking `auto` by `table` (NULL: priorities only). bfp8_select is this with the built-in table;

@@ -12,8 +12,8 @@ static const char *const kSources[] = {
     "bench-h100-2026-12-06-aaa63ac (bench/data/rank-h100.csv)",
     "bench-h200-2026-12-04-486b1be (bench/data/rank-h200.csv)",
 };
-/* The cards measured, the reference card first (a card without cells of its own for a shape reads the first
- * listed card's that has them). */
+/* The cards measured, the reference card first (a card without cells of its own for a problem's shape and
+ * dtype reads the first listed card's that has them). */
 static const char *const kCards[] = {"NVIDIA H200", "NVIDIA H100 80GB HBM3"};
 
 static const bfp8_rank_cell kCells[] = {

@@ -601,9 +601,11 @@ expect 1 "$cli" explain --m 128 --n 7168 --k 16384 --device cuda --arch 90 --gem
 has out "arch=sm_90 card='NVIDIA H100 80GB HBM3'"
 has out "ranking: measured on NVIDIA H100 80GB HBM3: sm_90 bf16 N=7168 K=16384 M=128, run bench-h100-"
 expect 1 "$cli" explain --m 128 --n 7168 --k 16384 --device cuda --arch 90 --gemm --card "NVIDIA H800" --backend cpu --strict
-has out "ranking: measured on NVIDIA H200 (this device, NVIDIA H800, has no cells here): sm_90 bf16 N=7168 K=16384 M=128"
+has out "ranking: measured on NVIDIA H200 (NVIDIA H800 has no cells of this shape and dtype): sm_90 bf16 N=7168 K=16384 M=128"
 expect 2 "$cli" explain --m 1 --n 1 --k 1 --card ""
 has err "--card needs a name"
+expect 2 "$cli" explain --m 1 --n 1 --k 1 --card "NVIDIA H200"
+has err "--card needs --device cuda"
 expect 1 "$cli" explain --m 16 --n 2112 --k 7200 --device cuda --arch 90 --gemm --backend cpu --strict
 has out "ranking: caps priority (no measured cell for sm_90 N=2112 K=7200)"
 expect 1 "$cli" explain --m 1 --n 1 --k 1 --backend no_such_backend

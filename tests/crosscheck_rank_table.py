@@ -127,8 +127,14 @@ def check_json():
         check(rc == 0 and [(r["card"], r["n"], r["m"]) for r in t] ==
               [("Second GPU", "2112", "64"), ("Test GPU", "2112", "64"), ("Test GPU", "512", "16")],
               f"--merge of another card: {err} {t}")
+        before = open(csv_path).read()
         rc, out, err = run("json", bench, *args)
-        check(rc == 0 and len(rows(csv_path)) == 1, f"without --merge the run replaces the table: {err}")
+        check(rc != 0 and "Second GPU" in err and open(csv_path).read() == before,
+              f"without --merge, a run of one card over a table holding another's: {rc} {err}")
+        os.remove(csv_path)
+        run("json", bench, *args)
+        rc, out, err = run("json", bench, *args)
+        check(rc == 0 and len(rows(csv_path)) == 1, f"without --merge the run replaces its card's table: {err}")
         # Two tables of two cards: the reference card first in the C file, then the others by name, and each
         # cell with its card's index.
         json.dump([record("hopper", 1, 2112, 7168, 9.0), record("cublaslt", 1, 2112, 7168, 8.0)], open(bench, "w"))
@@ -168,6 +174,8 @@ def check_json():
         check(rc != 0, "json without --arch")
         rc, out, err = run("json", bench, "--arch", "90", "--source", "x", *where)
         check(rc != 0 and "--card" in err, f"json without --card: {err}")
+        rc, out, err = run("json", bench, "--arch", "90", "--card", "T", "--source", "x")
+        check(rc != 0 and "--csv" in err, f"json without --csv: {err}")
         rc, out, err = run("json", bench, "--arch", "90", "--card", "a/b", "--source", "x", *where)
         check(rc != 0 and "card" in err, f"a card with a slash: {err}")
         rc, out, err = run("json", bench, "--arch", "90", "--card", "T", "--source", "x", "--csv",

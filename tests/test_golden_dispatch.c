@@ -85,6 +85,7 @@ static const bfp8_rank_cell kTestCells[] = {
     {90, 1, BFP8_DTYPE_BF16, 1000, 2000, 64, 1, {5, 10}},
     {90, 1, BFP8_DTYPE_F16, 5000, 2000, 16, 1, {2, 1}},       /* [8]: f16, as card 0's */
     {90, 1, BFP8_DTYPE_BF16, 9000, 2000, 16, 1, {3, 4}},      /* [9]: only card 1 measured it */
+    {90, 1, BFP8_DTYPE_BF16, 3000, 2000, 16, 1, {4, 3}},      /* [10]: card 1 has 3000x2000 in bf16, not f32 */
 };
 static const bfp8_rank_table kTestTable = {.backends = kTestBackends, .nbackends = 2, .sources = kTestSources,
                                            .nsources = 2, .cards = kTestCards, .ncards = 2, .cells = kTestCells,
@@ -236,8 +237,8 @@ static void test_cards(void) {
     p.card = "Unknown GPU";
     r = bfp8_rank_find(t, &p);
     bfp8_rank_describe(&r, &p, buf, sizeof buf);
-    CHECK(strcmp(buf, "measured on Ref GPU (this device, Unknown GPU, has no cells here): sm_90 bf16 N=1000 K=2000 "
-                      "M=1, run test-run (tests/test_golden_dispatch.c)") == 0, "describe: '%s'", buf);
+    CHECK(strcmp(buf, "measured on Ref GPU (Unknown GPU has no cells of this shape and dtype): sm_90 bf16 N=1000 "
+                      "K=2000 M=1, run test-run (tests/test_golden_dispatch.c)") == 0, "describe: '%s'", buf);
     /* A shape only card 1 measured ranks every card by card 1's cells; card 1's own problem is not marked. */
     p = cuda_problem(90, 16, 9000, 2000, BFP8_DTYPE_BF16, false);
     r = bfp8_rank_find(t, &p);
@@ -247,8 +248,8 @@ static void test_cards(void) {
     r = bfp8_rank_find(t, &p);
     CHECK(r.cell == &kTestCells[9] && r.other_card, "card 0, a shape only card 1 has");
     bfp8_rank_describe(&r, &p, buf, sizeof buf);
-    CHECK(strcmp(buf, "measured on Other GPU (this device, Ref GPU, has no cells here): sm_90 bf16 N=9000 K=2000 "
-                      "M=16, run other-run (here too)") == 0, "describe: '%s'", buf);
+    CHECK(strcmp(buf, "measured on Other GPU (Ref GPU has no cells of this shape and dtype): sm_90 bf16 N=9000 "
+                      "K=2000 M=16, run other-run (here too)") == 0, "describe: '%s'", buf);
     /* The dtype rule inside a card first: f16 output on card 1 takes card 1's f16 cell, and bf16 output card 1's
      * f16 cell rather than another card's bf16 one. */
     p = cuda_problem(90, 16, 5000, 2000, BFP8_DTYPE_BF16, false);
@@ -260,11 +261,16 @@ static void test_cards(void) {
     p.card = "Other GPU";
     r = bfp8_rank_find(t, &p);
     CHECK(!r.cell && r.miss == BFP8_RANK_MISS_SHAPE && !r.other_card, "a shape no card measured");
-    /* f32 on card 1: card 1 has no f32 cell of 3000x2000, card 0 has: card 0's. */
+    /* f32 on card 1: card 1 has 3000x2000 only in bf16 (no stand-in for f32), card 0 in f32: card 0's f32 cell;
+     * bf16 there is card 1's own. */
     p = cuda_problem(90, 16, 3000, 2000, BFP8_DTYPE_F32, false);
     p.card = "Other GPU";
     r = bfp8_rank_find(t, &p);
     CHECK(r.cell == &kTestCells[4] && r.other_card, "card 1, f32: card 0's f32 cell");
+    expect_choice(list, 3, &p, t, "alpha", "card 1, f32: card 0's tie, the first registered");
+    p.out_dtype = BFP8_DTYPE_BF16;
+    CHECK(bfp8_rank_find(t, &p).cell == &kTestCells[10], "card 1, bf16: its own cell");
+    expect_choice(list, 3, &p, t, "beta", "card 1, bf16: its own order");
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -362,7 +368,7 @@ static void test_explain(void) {
         {128, 7168, 16384, "NVIDIA H100 80GB HBM3",
          "ranking: measured on NVIDIA H100 80GB HBM3: sm_90 bf16 N=7168 K=16384 M=128, run "},
         {128, 7168, 16384, "NVIDIA H800",
-         "ranking: measured on NVIDIA H200 (this device, NVIDIA H800, has no cells here): sm_90 bf16 N=7168 "
+         "ranking: measured on NVIDIA H200 (NVIDIA H800 has no cells of this shape and dtype): sm_90 bf16 N=7168 "
          "K=16384 M=128, run "},
         {16, 1000, 7168, NULL, "ranking: caps priority (no measured cell for sm_90 N=1000 K=7168)\n"},
     };

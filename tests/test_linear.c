@@ -271,7 +271,9 @@ static bool same_problem(const bfp8_problem *a, const bfp8_problem *b) {
     return a->device == b->device && a->arch == b->arch && a->m == b->m && a->n == b->n && a->k == b->k &&
            a->out_dtype == b->out_dtype && a->scale_format == b->scale_format && a->a_layouts == b->a_layouts &&
            a->b_layouts == b->b_layouts && a->has_bias == b->has_bias && a->bias_dtype == b->bias_dtype &&
-           a->act_from_prior_kernel == b->act_from_prior_kernel;
+           a->act_from_prior_kernel == b->act_from_prior_kernel && a->grouped == b->grouped &&
+           a->groups == b->groups && a->expected_m == b->expected_m &&
+           (a->card && b->card ? strcmp(a->card, b->card) == 0 : a->card == b->card);
 }
 
 /* The problem of a described layer (bfp8_problem_for_linear) is the problem a call with such a weight poses, on

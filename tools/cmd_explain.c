@@ -97,6 +97,7 @@ int cmd_explain(int argc, char **argv) {
     if (strict && !backend) return cli_usage_error(cmd, usage, "--strict needs --backend NAME");
     if ((grouped != BFP8_GROUPED_NONE) != (groups > 0))
         return cli_usage_error(cmd, usage, "--grouped and --groups go together");
+    if (card && device != BFP8_DEVICE_CUDA) return cli_usage_error(cmd, usage, "--card needs --device cuda");
 
     bfp8_dispatcher *d = cli_default_dispatcher(cmd);
     if (!d) return CLI_FAIL;
@@ -108,8 +109,9 @@ int cmd_explain(int argc, char **argv) {
         /* Without a device there is no arch to pose the problem for (it would read as sm_0). */
         char why[256];
         if (!bfp8_cuda_available(why, sizeof why))
-            return cli_error(CLI_FAIL, cmd, "--device cuda: no CUDA device here (%s); pass --arch SM (e.g. --arch 90) "
-                             "to explain the decision for that GPU", why);
+            return cli_error(CLI_FAIL, cmd, "--device cuda: no CUDA device here (%s); pass --arch SM (e.g. --arch 90, "
+                             "and --card NAME for a card's own measurements) to explain the decision for that GPU",
+                             why);
         arch = bfp8_cuda_arch();
     }
     if (arch < 0) arch = 0;

@@ -433,7 +433,7 @@ def bias_spec(bias):
     return True, out_dtype_enum(bias)
 
 
-def explain_problem(m, n, k, out_dtype, scale_format, device, bias, arch, a_layouts, b_layouts, prior):
+def explain_problem(m, n, k, out_dtype, scale_format, device, bias, arch, a_layouts, b_layouts, prior, card=None):
     for name, v in (("m", m), ("n", n), ("k", k)):
         need(isinstance(v, (int, np.integer)) and not isinstance(v, bool), f"{name} must be an int, got {v!r}",
              TypeError)
@@ -444,18 +444,22 @@ def explain_problem(m, n, k, out_dtype, scale_format, device, bias, arch, a_layo
     dev, _ = device_enum(device)
     has_bias, bias_dtype = bias_spec(bias)
     need(arch is None or (isinstance(arch, int) and arch >= 0), f"arch must be an int like 90 (sm_90), got {arch!r}")
+    need(card is None or isinstance(card, str), f"card must be a str (a GPU's name), got {card!r}", TypeError)
+    need(card != "", "card must name a GPU, e.g. 'NVIDIA H200'")
+    need(card is None or dev == CUDA, "card needs device='cuda'")
     all_layouts = N.layouts_for_format(fmt)
     a_set = all_layouts if a_layouts is None else a_layouts
     b_set = all_layouts if b_layouts is None else b_layouts
-    text, got_arch, rows, choice, preferred, fallback, reason, error = N.explain(
+    text, got_arch, got_card, rows, choice, preferred, fallback, reason, error = N.explain(
         dev, -1 if arch is None else arch, int(m), int(n), int(k), out, fmt, a_set, b_set, int(has_bias), bias_dtype,
-        int(prior if prior is not None else dev == CUDA))
+        int(prior if prior is not None else dev == CUDA), card)
     info = {b["name"]: b for b in backends()}
     table = sorted(({"name": name, "ok": ok, "reason": why, "priority": prio,
                      "summary": info[name]["summary"], "device": info[name]["device"]}
                     for name, ok, why, prio in rows), key=lambda r: -r["priority"])
     problem = {"m": int(m), "n": int(n), "k": int(k), "out_dtype": DTYPE_NAMES[out],
                "scale_format": N.NAMES["formats"][fmt], "device": N.NAMES["devices"][dev], "arch": got_arch,
+               "card": got_card,
                "bias": DTYPE_NAMES[bias_dtype] if has_bias else None,
                "a_layouts": _names(a_set, LAYOUT_NAMES), "b_layouts": _names(b_set, LAYOUT_NAMES)}
     return Explanation(text, problem, get_policy(), table,
@@ -463,13 +467,16 @@ def explain_problem(m, n, k, out_dtype, scale_format, device, bias, arch, a_layo
                        choice, preferred, fallback, reason if (fallback or choice is None) else "", error)
 
 
-def explain(m, n, k, out_dtype="bf16", scale_format="fp32", device="cpu", bias=None, arch=None, gemm=False):
+def explain(m, n, k, out_dtype="bf16", scale_format="fp32", device="cpu", bias=None, arch=None, gemm=False,
+            card=None):
     """The dispatcher's table for a linear layer of M tokens, N outputs, K inputs (as `blockfp8 explain` prints it):
     every backend with "ok" or the reason it cannot run the problem, the unavailable ones, and the choice of the
     current policy. Returns an Explanation: print() it for the text, or read its attributes / as_dict().
 
     device 'cuda' asks about the current CUDA device, its arch and its card (whose measured cells rank the
     backends), unless arch (compute capability x10, e.g. 90) is given: then a device of that arch, ranked by the
-    reference card's cells (docs/dispatch.md, "Which card").
+    reference card's cells (docs/dispatch.md, "Which card"); card (the driver's name, e.g. "NVIDIA H100 80GB HBM3")
+    names another card.
     gemm=True poses a plain GEMM call (activations already quantized) instead of a linear call."""
-    return explain_problem(m, n, k, out_dtype, scale_format, device, bias, arch, None, None, False if gemm else None)
+    return explain_problem(m, n, k, out_dtype, scale_format, device, bias, arch, None, None, False if gemm else None,
+                           card)

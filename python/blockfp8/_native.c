@@ -1293,7 +1293,8 @@ static PyObject *py_unavailable(PyObject *self, PyObject *unused) {
 }
 
 /* A problem from explain's arguments: (device, arch (-1: current), m, n, k, out_dtype, scale_format, a_layouts,
- * b_layouts, has_bias, bias_dtype, act_from_prior_kernel). */
+ * b_layouts, has_bias, bias_dtype, act_from_prior_kernel, card (str, or None: the current device's with its arch,
+ * none with a given arch)). The card's text lives as long as the argument. */
 static int arg_problem(PyObject *const *args, bfp8_problem *p) {
     int device, arch, out_dtype, fmt, has_bias, bias_dtype, prior;
     int64_t m, n, k, a_set, b_set;
@@ -1302,9 +1303,14 @@ static int arg_problem(PyObject *const *args, bfp8_problem *p) {
         arg_i64(args[8], &b_set) || arg_int(args[9], &has_bias) || arg_int(args[10], &bias_dtype) ||
         arg_int(args[11], &prior))
         return -1;
-    /* The current device's card with its arch; a given arch poses a device of that arch, ranked by the reference
-     * card's cells. */
     const char *card = arch < 0 && device == BFP8_DEVICE_CUDA ? bfp8_cuda_card() : NULL;
+    if (args[12] != Py_None) {
+        card = PyUnicode_Check(args[12]) ? PyUnicode_AsUTF8(args[12]) : NULL;
+        if (!card) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "card must be a str or None");
+            return -1;
+        }
+    }
     if (arch < 0) arch = device == BFP8_DEVICE_CUDA ? bfp8_cuda_arch() : 0;
     *p = (bfp8_problem){
         .device = (bfp8_device)device, .arch = arch, .m = m, .n = n, .k = k,
@@ -1316,12 +1322,12 @@ static int arg_problem(PyObject *const *args, bfp8_problem *p) {
     return 0;
 }
 
-/* explain(problem...) -> (text, arch, [(name, ok, reason, priority)] in registration order, choice or None,
- *                          preferred or None, fallback, reason, error or None)
+/* explain(problem...) -> (text, arch, card or None, [(name, ok, reason, priority)] in registration order, choice or
+ *                          None, preferred or None, fallback, reason, error or None)
  * The text is bfp8_dispatcher_explain's; the rest is the same table as data. */
 static PyObject *py_explain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     bfp8_problem p;
-    if (want_args("explain", nargs, 12) || arg_problem(args, &p)) return NULL;
+    if (want_args("explain", nargs, 13) || arg_problem(args, &p)) return NULL;
     bfp8_dispatcher *d = dispatcher();
     if (!d) return NULL;
 
@@ -1353,7 +1359,7 @@ static PyObject *py_explain(PyObject *self, PyObject *const *args, Py_ssize_t na
     bfp8_decision dec;
     st = bfp8_dispatcher_select(d, &p, &dec);
     PyObject *out = Py_BuildValue(
-        "(s#iNzzOsz)", text ? text : "", (Py_ssize_t)(text ? text_len : 0), p.arch, rows,
+        "(s#izNzzOsz)", text ? text : "", (Py_ssize_t)(text ? text_len : 0), p.arch, p.card, rows,
         st == BFP8_OK ? dec.backend->name : NULL, dec.preferred ? dec.preferred->name : NULL,
         dec.fallback ? Py_True : Py_False, dec.reason, st == BFP8_OK ? NULL : bfp8_last_error());
     free(text);

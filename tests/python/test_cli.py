@@ -96,6 +96,8 @@ EXPLAIN_CASES = [  # (explain() keywords, the CLI's flags)
     (dict(m=16, n=2112, k=7168, device="cuda", arch=90, bias="bf16"), ["--device", "cuda", "--arch", "90", "--bias",
                                                                        "--bias-dtype", "bf16"]),
     (dict(m=4096, n=7168, k=2048, device="cuda", arch=90, gemm=True), ["--device", "cuda", "--arch", "90", "--gemm"]),
+    (dict(m=128, n=7168, k=16384, device="cuda", arch=90, card="NVIDIA H100 80GB HBM3"),
+     ["--device", "cuda", "--arch", "90", "--card", "NVIDIA H100 80GB HBM3"]),
 ]
 
 

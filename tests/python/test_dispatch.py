@@ -54,6 +54,23 @@ def test_explain_current_device():
     else:
         assert e.problem["arch"] == 0 and "card=" not in text
     assert "card=" not in str(blockfp8.explain(128, 7168, 16384, device="cuda", arch=90))
+    assert blockfp8.explain(128, 7168, 16384, device="cuda", arch=90).problem["card"] is None
+
+
+def test_explain_card():
+    """card= poses the problem on a named card: its own measured cells where the table has them, else the
+    reference card's, said so; as `blockfp8 explain --card`."""
+    e = blockfp8.explain(128, 7168, 16384, device="cuda", arch=90, gemm=True, card="NVIDIA H100 80GB HBM3")
+    assert e.problem["card"] == "NVIDIA H100 80GB HBM3"
+    assert "ranking: measured on NVIDIA H100 80GB HBM3: sm_90 bf16 N=7168 K=16384 M=128, run " in str(e)
+    e = blockfp8.explain(128, 7168, 16384, device="cuda", arch=90, gemm=True, card="NVIDIA H800")
+    assert "ranking: measured on NVIDIA H200 (NVIDIA H800 has no cells of this shape and dtype)" in str(e)
+    with pytest.raises(ValueError, match="device='cuda'"):
+        blockfp8.explain(16, 2112, 7168, card="NVIDIA H200")
+    with pytest.raises(ValueError, match="name a GPU"):
+        blockfp8.explain(16, 2112, 7168, device="cuda", arch=90, card="")
+    with pytest.raises(TypeError, match="card must be a str"):
+        blockfp8.explain(16, 2112, 7168, device="cuda", arch=90, card=90)
 
 
 def test_explain_reports_fallback_and_strict_failure():

@@ -9,7 +9,7 @@
 typedef struct bfp8_cuda_device_info {
     int arch; /* compute capability x10 */
     int num_sms;
-    char name[256]; /* as cudaDeviceProp::name */
+    char name[256]; /* as cudaDeviceProp::name; "" when the driver did not say */
 } bfp8_cuda_device_info;
 
 /* BFP8_ERR_DEVICE with "<what>: <error name> (<error string>)". */

@@ -60,13 +60,10 @@ static void cuda_discover(void) {
             return;
         }
         d->arch = major * 10 + minor;
+        /* The name only picks the measured ranking's cells: without it the device still runs (name "": no card). */
         struct cudaDeviceProp prop;
-        if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
-            snprintf(g_cuda.why, sizeof g_cuda.why, "no usable CUDA device: cudaGetDeviceProperties(%d): %s", i,
-                     cudaGetErrorString(cudaGetLastError()));
-            return;
-        }
-        snprintf(d->name, sizeof d->name, "%s", prop.name);
+        if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) snprintf(d->name, sizeof d->name, "%s", prop.name);
+        else (void)cudaGetLastError();
     }
     g_cuda.count = count;
     g_cuda.available = true;
@@ -84,31 +81,43 @@ static bfp8_status require_device(const char *what) {
     return bfp8_fail(BFP8_ERR_UNSUPPORTED, "%s: %s", what, g_cuda.why);
 }
 
-bfp8_status bfp8_cuda_device_info_get(bfp8_cuda_device_info *out) {
+/* The current device's entry of the discovery's table (read-only once discovery ran, and never freed). */
+static bfp8_status current_info(const bfp8_cuda_device_info **out) {
     BFP8_TRY(require_device("cuda"));
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return bfp8_cuda_error(err, "cudaGetDevice");
     if (dev < 0 || dev >= g_cuda.count) return bfp8_fail(BFP8_ERR_DEVICE, "cuda: current device %d is out of range", dev);
-    *out = g_cuda.info[dev];
+    *out = &g_cuda.info[dev];
     return BFP8_OK;
 }
 
+bfp8_status bfp8_cuda_device_info_get(bfp8_cuda_device_info *out) {
+    const bfp8_cuda_device_info *info = NULL;
+    BFP8_TRY(current_info(&info));
+    *out = *info;
+    return BFP8_OK;
+}
+
+void bfp8_cuda_identity(int *arch, const char **card) {
+    const bfp8_cuda_device_info *info = NULL;
+    const bool ok = bfp8_cuda_available(NULL, 0) && current_info(&info) == BFP8_OK;
+    *arch = ok ? info->arch : 0;
+    *card = ok && info->name[0] ? info->name : NULL;
+}
+
 int bfp8_cuda_arch(void) {
-    bfp8_cuda_device_info info;
-    if (!bfp8_cuda_available(NULL, 0)) return 0;
-    if (bfp8_cuda_device_info_get(&info) != BFP8_OK) return 0;
-    return info.arch;
+    int arch;
+    const char *card;
+    bfp8_cuda_identity(&arch, &card);
+    return arch;
 }
 
 const char *bfp8_cuda_card(void) {
-    if (!bfp8_cuda_available(NULL, 0)) return NULL;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= g_cuda.count) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    return g_cuda.info[dev].name; /* g_cuda lives as long as the process */
+    int arch;
+    const char *card;
+    bfp8_cuda_identity(&arch, &card);
+    return card;
 }
 
 /* ---- device memory ----------------------------------------------------------------------------------------- */
