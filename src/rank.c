@@ -33,7 +33,7 @@ static int card_index(const bfp8_rank_table *t, const char *name) {
     return -1;
 }
 
-/* The dtype whose cells of `card` rank a problem of output `dt` (dt's own, else the same-size one); false: none. */
+/* The dtype whose cells of `card` rank p (p's output dtype, else the one of the same size); false: neither. */
 static bool card_dtype(const bfp8_rank_table *t, int card, const bfp8_problem *p, bfp8_dtype *dt) {
     bfp8_dtype alt;
     if (has_shape(t, card, p->arch, p->out_dtype, p->n, p->k)) {
