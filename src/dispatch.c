@@ -554,10 +554,12 @@ bfp8_status bfp8_dispatch_record(bfp8_dispatcher *d, const bfp8_problem *p, bfp8
     }
     bool print = false;
     if (d->log_dispatch) {
-        /* The card by its text: the pointer may be any caller's copy of the name. */
-        bfp8_problem key = *p;
-        key.card = NULL;
-        uint64_t h = fnv1a(0xcbf29ce484222325ull, &key, sizeof key);
+        /* Every field of the problem by value (not the struct's bytes: its padding is whatever the caller's copy
+         * held), the card by its text (the pointer may be any copy of the name). */
+        const int64_t fields[] = {p->device,       p->arch,       p->m,           p->n,         p->k,
+                                  p->out_dtype,    p->scale_format, p->a_layouts,  p->b_layouts, p->has_bias,
+                                  p->bias_dtype,   p->act_from_prior_kernel, p->grouped, p->groups, p->expected_m};
+        uint64_t h = fnv1a(0xcbf29ce484222325ull, fields, sizeof fields);
         if (p->card) h = fnv1a(h, p->card, strlen(p->card) + 1);
         h = fnv1a(h, dec->backend->name, strlen(dec->backend->name));
         h = fnv1a(h, dec->reason, strlen(dec->reason));
