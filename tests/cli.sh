@@ -592,7 +592,7 @@ has err "cuda"
 has out "problem: device=cuda m=16 n=2112 k=7168 out=bf16 scales=fp32 bias=none acts=prior-kernel"
 # --gemm: a plain GEMM call's problem (activations arrive quantized; no kernel for hopper to start behind).
 expect 1 "$cli" explain --m 16 --n 2112 --k 7168 --device cuda --arch 90 --gemm --card "NVIDIA H200" --backend cpu --strict
-has out "problem: device=cuda m=16 n=2112 k=7168 out=bf16 scales=fp32 bias=none arch=sm_90"
+has out "problem: device=cuda m=16 n=2112 k=7168 out=bf16 scales=fp32 bias=none arch=sm_90 card='NVIDIA H200'"
 lacks out "acts=prior-kernel"
 # On cuda the measured table's cell ranks it (a DeepSeek-R1 cell), or the priorities where none covers it.
 has out "ranking: measured on NVIDIA H200: sm_90 bf16 N=2112 K=7168 M=16, run "
