@@ -105,6 +105,14 @@ static int64_t cell_m(const bfp8_rank_table *t, const bfp8_problem *p) {
     return r.cell ? r.cell->m : -1;
 }
 
+/* What explain prints about the cell that ranks p. */
+static void expect_describe(const bfp8_rank_table *t, const bfp8_problem *p, const char *want) {
+    const bfp8_rank r = bfp8_rank_find(t, p);
+    char buf[512];
+    bfp8_rank_describe(&r, p, buf, sizeof buf);
+    CHECK(strcmp(buf, want) == 0, "describe: '%s', want '%s'", buf, want);
+}
+
 static void test_rules(void) {
     const bfp8_backend *list[] = {&alpha, &beta, &gamma_};
     const bfp8_rank_table *t = &kTestTable;
@@ -195,16 +203,11 @@ static void test_rules(void) {
     CHECK(dec.backend == &gamma_, "bfp8_select with unmeasured names: %s", dec.backend ? dec.backend->name : "none");
 
     /* What explain prints about it. */
-    char buf[512];
     p = cuda_problem(90, 9, 1000, 2000, BFP8_DTYPE_F16, false);
-    r = bfp8_rank_find(t, &p);
-    bfp8_rank_describe(&r, &p, buf, sizeof buf);
-    CHECK(strcmp(buf, "measured on Ref GPU: sm_90 bf16 N=1000 K=2000 M=64 (nearest measured M to 9) (the bf16 cell "
-                      "for f16 output), run test-run (tests/test_golden_dispatch.c)") == 0, "describe: '%s'", buf);
+    expect_describe(t, &p, "measured on Ref GPU: sm_90 bf16 N=1000 K=2000 M=64 (nearest measured M to 9) (the bf16 "
+                           "cell for f16 output), run test-run (tests/test_golden_dispatch.c)");
     p = cuda_problem(90, 1, 1000, 2048, BFP8_DTYPE_BF16, false);
-    r = bfp8_rank_find(t, &p);
-    bfp8_rank_describe(&r, &p, buf, sizeof buf);
-    CHECK(strcmp(buf, "caps priority (no measured cell for sm_90 N=1000 K=2048)") == 0, "describe: '%s'", buf);
+    expect_describe(t, &p, "caps priority (no measured cell for sm_90 N=1000 K=2048)");
 }
 
 /* Which card's cells: the problem's own, else the first listed card's that has the shape (the reference first);
@@ -233,12 +236,9 @@ static void test_cards(void) {
         CHECK(r.cell == &kTestCells[0] && r.other_card, "card '%s': the reference card's cell, marked", strangers[i]);
         expect_choice(list, 3, &p, t, "alpha", "unknown card: the reference card's order");
     }
-    char buf[512];
     p.card = "Unknown GPU";
-    r = bfp8_rank_find(t, &p);
-    bfp8_rank_describe(&r, &p, buf, sizeof buf);
-    CHECK(strcmp(buf, "measured on Ref GPU (Unknown GPU has no cells of this shape and dtype): sm_90 bf16 N=1000 "
-                      "K=2000 M=1, run test-run (tests/test_golden_dispatch.c)") == 0, "describe: '%s'", buf);
+    expect_describe(t, &p, "measured on Ref GPU (Unknown GPU has no cells of this shape and dtype): sm_90 bf16 "
+                           "N=1000 K=2000 M=1, run test-run (tests/test_golden_dispatch.c)");
     /* A shape only card 1 measured ranks every card by card 1's cells; card 1's own problem is not marked. */
     p = cuda_problem(90, 16, 9000, 2000, BFP8_DTYPE_BF16, false);
     r = bfp8_rank_find(t, &p);
@@ -247,9 +247,8 @@ static void test_cards(void) {
     p.card = "Ref GPU";
     r = bfp8_rank_find(t, &p);
     CHECK(r.cell == &kTestCells[9] && r.other_card, "card 0, a shape only card 1 has");
-    bfp8_rank_describe(&r, &p, buf, sizeof buf);
-    CHECK(strcmp(buf, "measured on Other GPU (Ref GPU has no cells of this shape and dtype): sm_90 bf16 N=9000 "
-                      "K=2000 M=16, run other-run (here too)") == 0, "describe: '%s'", buf);
+    expect_describe(t, &p, "measured on Other GPU (Ref GPU has no cells of this shape and dtype): sm_90 bf16 N=9000 "
+                           "K=2000 M=16, run other-run (here too)");
     /* The dtype rule inside a card first: f16 output on card 1 takes card 1's f16 cell, and bf16 output card 1's
      * f16 cell rather than another card's bf16 one. */
     p = cuda_problem(90, 16, 5000, 2000, BFP8_DTYPE_BF16, false);
