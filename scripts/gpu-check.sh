@@ -56,7 +56,8 @@ step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/
 # Commas join one variant's variables. Each full run takes ~55 s on the H200 (~30-40 s with --small), ~8 minutes in
 # all; on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in a call of its own, or split the list with
 # GPU_CHECK_VARIANTS="...".
-hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=swap
+hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=64x32
+    BFP8_HOPPER_TILE=64x128 BFP8_HOPPER_TILE=swap
     BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_FORCE=last-wave-split BFP8_HOPPER_FORCE=slices BFP8_HOPPER_FORCE=stream-k
     BFP8_HOPPER_SPLITS=3"}
 variants() {
@@ -96,7 +97,7 @@ sanitize() {
         BFP8_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_cuda_grouped ||
             return 1
         # Plans the default does not reach on the small cases.
-        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_FORCE=stream-k; do
+        for v in BFP8_HOPPER_TILE=swap BFP8_HOPPER_TILE=64x32 BFP8_HOPPER_FORCE=stream-k; do
             echo "== $v"
             env $(echo "$v" | tr , ' ') timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
                 build/tests/test_hopper --small || return 1

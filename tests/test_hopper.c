@@ -462,6 +462,12 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 384, 640, 2064, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 4095, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 1000, 1024, 768, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+    /* Fewer 128-row tiles than 3/4 of the SMs: 64-row tiles, one consumer warpgroup each, whole K (132 SMs): 2 x 66
+     * tiles of 32 columns with a last P tile of 36 rows (the staged epilogue); 4 x 33 of 64 columns with a last P
+     * tile of 8 rows (the TMA store). Under BFP8_HOPPER_TILE=64x32 and 64x128 (gpu-check) every normal-path case runs
+     * 64-row tiles. */
+    small_case(b, 100, 2112, 1024, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 200, 2112, 2048, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     /* Plans whose K splits are summed inside clusters of that many CTAs (bfp8_hopper_params::csplit), where the
      * clusters fit (the BFP8_LOG=hopper line says which ran; where fewer clusters than tiles fit it is the reduce
      * kernel; test_hopper_plan pins these plans on the H200, and BFP8_HOPPER_SPLITS=3 reduces them). Swapped: 4

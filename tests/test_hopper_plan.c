@@ -9,15 +9,15 @@
 #include "backends/hopper/plan.h"
 #include "hopper_h200.h"
 
-#define SWAP true
-#define NORM false
+/* The path of a row's plan: swapped, normal with 128-row tiles, normal with 64-row tiles (one consumer warpgroup). */
+enum { NORM, SWAP, N64 };
 
 typedef struct plan_row {
     int64_t m, n, k;
     int sms;
     bool h200_fit; /* the H200's cluster counts (hopper_h200.h); false: none fit (the reduce kernel everywhere) */
     /* the plan */
-    bool swap;
+    int path;
     int bq, splits, kb_per_split, units, whole_units, slice_rows, sk_tiles, sk_pieces, grid, csplit;
 } plan_row;
 
@@ -48,13 +48,14 @@ static void check_row(const plan_row *r, const bfp8_hopper_knobs *knobs, const c
     const bfp8_hopper_cluster_fit none = {{0}};
     const bfp8_hopper_plan p = bfp8_hopper_plan_make(r->m, r->n, r->k, r->sms, r->h200_fit ? &kH200ClusterFit : &none,
                                                      knobs);
-    const bfp8_hopper_plan want = {.swap = r->swap, .bq = r->bq, .p_tiles = p.p_tiles, .q_tiles = p.q_tiles,
-                                   .splits = r->splits, .kb_per_split = r->kb_per_split, .units = r->units,
-                                   .grid = r->grid, .whole_units = r->whole_units, .csplit = r->csplit,
-                                   .slice_rows = r->slice_rows, .sk_tiles = r->sk_tiles, .sk_pieces = r->sk_pieces};
-    const bool same = p.swap == want.swap && p.bq == want.bq && p.splits == want.splits &&
-                      p.kb_per_split == want.kb_per_split && p.units == want.units && p.grid == want.grid &&
-                      p.whole_units == want.whole_units && p.csplit == want.csplit &&
+    const bfp8_hopper_plan want = {.swap = r->path == SWAP, .tile_rows = r->path == N64 ? 64 : 128, .bq = r->bq,
+                                   .p_tiles = p.p_tiles, .q_tiles = p.q_tiles, .splits = r->splits,
+                                   .kb_per_split = r->kb_per_split, .units = r->units, .grid = r->grid,
+                                   .whole_units = r->whole_units, .csplit = r->csplit, .slice_rows = r->slice_rows,
+                                   .sk_tiles = r->sk_tiles, .sk_pieces = r->sk_pieces};
+    const bool same = p.swap == want.swap && p.tile_rows == want.tile_rows && p.bq == want.bq &&
+                      p.splits == want.splits && p.kb_per_split == want.kb_per_split && p.units == want.units &&
+                      p.grid == want.grid && p.whole_units == want.whole_units && p.csplit == want.csplit &&
                       p.slice_rows == want.slice_rows && p.sk_tiles == want.sk_tiles && p.sk_pieces == want.sk_pieces;
     char got_line[192], want_line[192];
     bfp8_hopper_plan_describe(&p, got_line, sizeof got_line);
@@ -63,8 +64,8 @@ static void check_row(const plan_row *r, const bfp8_hopper_knobs *knobs, const c
           (long long)r->k, r->sms, r->h200_fit ? " (H200 clusters)" : "", got_line, want_line);
     /* The tiles follow from the tiling. */
     const int64_t p_rows = p.swap ? r->n : r->m, q_rows = p.swap ? r->m : r->n;
-    CHECK(p.p_tiles == (p_rows + 127) / 128 && p.q_tiles == (q_rows + p.bq - 1) / p.bq, "%s: %d x %d tiles", what,
-          p.p_tiles, p.q_tiles);
+    CHECK(p.p_tiles == (p_rows + p.tile_rows - 1) / p.tile_rows && p.q_tiles == (q_rows + p.bq - 1) / p.bq,
+          "%s: %d x %d tiles", what, p.p_tiles, p.q_tiles);
     char why[256] = "";
     CHECK(bfp8_hopper_plan_check_units(&p, r->m, r->n, r->k, why, sizeof why), "%s: units of M=%lld N=%lld K=%lld: %s",
           what, (long long)r->m, (long long)r->n, (long long)r->k, why);
@@ -86,50 +87,50 @@ static void check_rows(const plan_row *rows, size_t count, const char *what) {
  * 2112x7168 in stream-K (4.1 waves), the other M >= 512 cells whole tiles. */
 static const plan_row kDsr1OnH200[] = {
     {    1,  2112,  7168, 132, 1, SWAP,   8,  4,  14,   68,    0,  0,   0, 0,  68, 4},
-    {   16,  2112,  7168, 132, 1, NORM,  64,  3,  19,   99,    0,  0,   0, 0,  99, 3},
-    {   64,  2112,  7168, 132, 1, NORM,  64,  3,  19,   99,    0,  0,   0, 0,  99, 3},
-    {  128,  2112,  7168, 132, 1, NORM,  64,  3,  19,   99,    0,  0,   0, 0,  99, 3},
+    {   16,  2112,  7168, 132, 1, N64 ,  64,  3,  19,   99,    0,  0,   0, 0,  99, 3},
+    {   64,  2112,  7168, 132, 1, N64 ,  64,  3,  19,   99,    0,  0,   0, 0,  99, 3},
+    {  128,  2112,  7168, 132, 1, N64 ,  32,  1,  56,  132,    0,  0,   0, 0, 132, 0},
     {  512,  2112,  7168, 132, 1, NORM,  64,  1,  56,  132,    0,  0,   0, 0, 132, 0},
     { 4096,  2112,  7168, 132, 1, NORM, 128,  1,  56,  792,  396,  0, 148, 3, 132, 0},
     {    1, 24576,  1536, 132, 1, SWAP,   8,  1,  12,  252,  132, 64,   0, 0, 132, 0},
-    {   16, 24576,  1536, 132, 1, NORM,  64,  1,  12,  384,    0,  0,   0, 0, 132, 0},
-    {   64, 24576,  1536, 132, 1, NORM,  64,  1,  12,  384,    0,  0,   0, 0, 132, 0},
+    {   16, 24576,  1536, 132, 1, N64 ,  64,  1,  12,  384,    0,  0,   0, 0, 132, 0},
+    {   64, 24576,  1536, 132, 1, N64 ,  64,  1,  12,  384,    0,  0,   0, 0, 132, 0},
     {  128, 24576,  1536, 132, 1, NORM,  64,  1,  12,  384,    0,  0,   0, 0, 132, 0},
     {  512, 24576,  1536, 132, 1, NORM, 128,  1,  12,  768,    0,  0,   0, 0, 132, 0},
     { 4096, 24576,  1536, 132, 1, NORM, 128,  1,  12, 6144,    0,  0,   0, 0, 132, 0},
     {    1, 32768,   512, 132, 1, SWAP,   8,  1,   4,  256,    0,  0,   0, 0, 132, 0},
-    {   16, 32768,   512, 132, 1, NORM, 128,  1,   4,  256,    0,  0,   0, 0, 132, 0},
-    {   64, 32768,   512, 132, 1, NORM, 128,  1,   4,  256,    0,  0,   0, 0, 132, 0},
+    {   16, 32768,   512, 132, 1, N64 , 128,  1,   4,  256,    0,  0,   0, 0, 132, 0},
+    {   64, 32768,   512, 132, 1, N64 , 128,  1,   4,  256,    0,  0,   0, 0, 132, 0},
     {  128, 32768,   512, 132, 1, NORM, 128,  1,   4,  256,    0,  0,   0, 0, 132, 0},
     {  512, 32768,   512, 132, 1, NORM, 128,  1,   4, 1024,    0,  0,   0, 0, 132, 0},
     { 4096, 32768,   512, 132, 1, NORM, 128,  1,   4, 8192,    0,  0,   0, 0, 132, 0},
     {    1,  7168, 16384, 132, 1, SWAP,   8,  1, 128,  112,    0, 64,   0, 0, 112, 0},
-    {   16,  7168, 16384, 132, 1, NORM,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
-    {   64,  7168, 16384, 132, 1, NORM,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
+    {   16,  7168, 16384, 132, 1, N64 ,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
+    {   64,  7168, 16384, 132, 1, N64 ,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
     {  128,  7168, 16384, 132, 1, NORM,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
     {  512,  7168, 16384, 132, 1, NORM, 128,  1, 128,  224,    0,  0,   0, 0, 132, 0},
     { 4096,  7168, 16384, 132, 1, NORM, 128,  1, 128, 1792,    0,  0,   0, 0, 132, 0},
     {    1, 36864,  7168, 132, 1, SWAP,   8,  1,  56,  360,  264, 32,   0, 0, 132, 0},
     {   16, 36864,  7168, 132, 1, SWAP,  16,  1,  56,  360,  264, 32,   0, 0, 132, 0},
-    {   64, 36864,  7168, 132, 1, NORM, 128,  5,  12,  384,  264,  0,   0, 0, 132, 0},
+    {   64, 36864,  7168, 132, 1, N64 , 128,  5,  12,  384,  264,  0,   0, 0, 132, 0},
     {  128, 36864,  7168, 132, 1, NORM, 128,  5,  12,  384,  264,  0,   0, 0, 132, 0},
     {  512, 36864,  7168, 132, 1, NORM, 128,  1,  56, 1152,    0,  0,   0, 0, 132, 0},
     { 4096, 36864,  7168, 132, 1, NORM, 128,  1,  56, 9216,    0,  0,   0, 0, 132, 0},
     {    1,  7168, 18432, 132, 1, SWAP,   8,  1, 144,  112,    0, 64,   0, 0, 112, 0},
-    {   16,  7168, 18432, 132, 1, NORM,  64,  1, 144,  112,    0,  0,   0, 0, 112, 0},
-    {   64,  7168, 18432, 132, 1, NORM,  64,  1, 144,  112,    0,  0,   0, 0, 112, 0},
+    {   16,  7168, 18432, 132, 1, N64 ,  64,  1, 144,  112,    0,  0,   0, 0, 112, 0},
+    {   64,  7168, 18432, 132, 1, N64 ,  64,  1, 144,  112,    0,  0,   0, 0, 112, 0},
     {  128,  7168, 18432, 132, 1, NORM,  64,  1, 144,  112,    0,  0,   0, 0, 112, 0},
     {  512,  7168, 18432, 132, 1, NORM, 128,  1, 144,  224,    0,  0,   0, 0, 132, 0},
     { 4096,  7168, 18432, 132, 1, NORM, 128,  1, 144, 1792,    0,  0,   0, 0, 132, 0},
     {    1,  4096,  7168, 132, 1, SWAP,   8,  2,  28,   64,    0,  0,   0, 0,  64, 2},
-    {   16,  4096,  7168, 132, 1, NORM,  64,  2,  28,  128,    0,  0,   0, 0, 128, 2},
-    {   64,  4096,  7168, 132, 1, NORM,  64,  2,  28,  128,    0,  0,   0, 0, 128, 2},
-    {  128,  4096,  7168, 132, 1, NORM,  64,  2,  28,  128,    0,  0,   0, 0, 128, 2},
+    {   16,  4096,  7168, 132, 1, N64 ,  32,  1,  56,  128,    0,  0,   0, 0, 128, 0},
+    {   64,  4096,  7168, 132, 1, N64 ,  32,  1,  56,  128,    0,  0,   0, 0, 128, 0},
+    {  128,  4096,  7168, 132, 1, N64 ,  64,  1,  56,  128,    0,  0,   0, 0, 128, 0},
     {  512,  4096,  7168, 132, 1, NORM, 128,  1,  56,  128,    0,  0,   0, 0, 128, 0},
     { 4096,  4096,  7168, 132, 1, NORM, 128,  1,  56, 1024,    0,  0,   0, 0, 132, 0},
     {    1,  7168,  2048, 132, 1, SWAP,   8,  1,  16,   56,    0,  0,   0, 0,  56, 0},
-    {   16,  7168,  2048, 132, 1, NORM,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
-    {   64,  7168,  2048, 132, 1, NORM,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
+    {   16,  7168,  2048, 132, 1, N64 ,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
+    {   64,  7168,  2048, 132, 1, N64 ,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
     {  128,  7168,  2048, 132, 1, NORM,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
     {  512,  7168,  2048, 132, 1, NORM, 128,  1,  16,  224,    0,  0,   0, 0, 132, 0},
     { 4096,  7168,  2048, 132, 1, NORM, 128,  1,  16, 1792,    0,  0,   0, 0, 132, 0},
@@ -141,36 +142,36 @@ static const plan_row kDsr1OnH200[] = {
  * slices. */
 static const plan_row kNoClusters[] = {
     {    1,  7168,  2048, 132, 0, SWAP,   8,  1,  16,   56,    0,  0,   0, 0,  56, 0},
-    {   16,  7168,  2048, 132, 0, NORM,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
-    {   32,  7168,  2048, 132, 0, NORM,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
-    {   33,  7168,  2048, 132, 0, NORM,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
+    {   16,  7168,  2048, 132, 0, N64 ,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
+    {   32,  7168,  2048, 132, 0, N64 ,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
+    {   33,  7168,  2048, 132, 0, N64 ,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
     {    1,  7168, 16384, 132, 0, SWAP,   8,  1, 128,  112,    0, 64,   0, 0, 112, 0},
-    {   16,  7168, 16384, 132, 0, NORM,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
-    {   32,  7168, 16384, 132, 0, NORM,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
+    {   16,  7168, 16384, 132, 0, N64 ,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
+    {   32,  7168, 16384, 132, 0, N64 ,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
     {    1,  7168, 18432, 132, 0, SWAP,   8,  1, 144,  112,    0, 64,   0, 0, 112, 0},
-    {   32,  7168, 18432, 132, 0, NORM,  64,  1, 144,  112,    0,  0,   0, 0, 112, 0},
+    {   32,  7168, 18432, 132, 0, N64 ,  64,  1, 144,  112,    0,  0,   0, 0, 112, 0},
     {    1,  2112,  7168, 132, 0, SWAP,   8,  4,  14,   68,    0,  0,   0, 0,  68, 0},
     {    8,  2112,  7168, 132, 0, SWAP,   8,  4,  14,   68,    0,  0,   0, 0,  68, 0},
-    {   16,  2112,  7168, 132, 0, NORM,  64,  4,  14,  132,    0,  0,   0, 0, 132, 0},
-    {   32,  2112,  7168, 132, 0, NORM,  64,  4,  14,  132,    0,  0,   0, 0, 132, 0},
-    {  128,  2112,  7168, 132, 0, NORM,  64,  3,  19,   99,    0,  0,   0, 0,  99, 0},
+    {   16,  2112,  7168, 132, 0, N64 ,  64,  4,  14,  132,    0,  0,   0, 0, 132, 0},
+    {   32,  2112,  7168, 132, 0, N64 ,  64,  4,  14,  132,    0,  0,   0, 0, 132, 0},
+    {  128,  2112,  7168, 132, 0, N64 ,  32,  1,  56,  132,    0,  0,   0, 0, 132, 0},
     {    1,  4096,  7168, 132, 0, SWAP,   8,  2,  28,   64,    0,  0,   0, 0,  64, 0},
-    {   16,  4096,  7168, 132, 0, NORM,  64,  2,  28,  128,    0,  0,   0, 0, 128, 0},
-    {   32,  4096,  7168, 132, 0, NORM,  64,  2,  28,  128,    0,  0,   0, 0, 128, 0},
+    {   16,  4096,  7168, 132, 0, N64 ,  32,  1,  56,  128,    0,  0,   0, 0, 128, 0},
+    {   32,  4096,  7168, 132, 0, N64 ,  32,  1,  56,  128,    0,  0,   0, 0, 128, 0},
     {    8, 36864,  7168, 132, 0, SWAP,   8,  1,  56,  360,  264, 32,   0, 0, 132, 0},
     {   16, 36864,  7168, 132, 0, SWAP,  16,  1,  56,  360,  264, 32,   0, 0, 132, 0},
-    {   64, 36864,  7168, 132, 0, NORM, 128,  5,  12,  384,  264,  0,   0, 0, 132, 0},
+    {   64, 36864,  7168, 132, 0, N64 , 128,  5,  12,  384,  264,  0,   0, 0, 132, 0},
     {  128, 36864,  7168, 132, 0, NORM, 128,  5,  12,  384,  264,  0,   0, 0, 132, 0},
     {    1, 24576,  1536, 132, 0, SWAP,   8,  1,  12,  252,  132, 64,   0, 0, 132, 0},
-    {   16, 24576,  1536, 132, 0, NORM,  64,  1,  12,  384,    0,  0,   0, 0, 132, 0},
+    {   16, 24576,  1536, 132, 0, N64 ,  64,  1,  12,  384,    0,  0,   0, 0, 132, 0},
     {    1, 32768,   512, 132, 0, SWAP,   8,  1,   4,  256,    0,  0,   0, 0, 132, 0},
-    {   64, 32768,   512, 132, 0, NORM, 128,  1,   4,  256,    0,  0,   0, 0, 132, 0},
+    {   64, 32768,   512, 132, 0, N64 , 128,  1,   4,  256,    0,  0,   0, 0, 132, 0},
     {  129,  8576,  4096, 132, 0, NORM,  64, 32,   1,  392,  264,  0,   0, 0, 132, 0},
     {    9, 36864,  7168, 132, 0, SWAP,  16,  1,  56,  360,  264, 32,   0, 0, 132, 0},
-    {   17, 36864,  7168, 132, 0, NORM, 128,  5,  12,  384,  264,  0,   0, 0, 132, 0},
+    {   17, 36864,  7168, 132, 0, N64 , 128,  5,  12,  384,  264,  0,   0, 0, 132, 0},
     {  100,  7168, 16384, 132, 0, NORM,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
     {  129,  7168, 16384, 132, 0, NORM, 128,  1, 128,  112,    0,  0,   0, 0, 112, 0},
-    {  129,  2112,  7168, 132, 0, NORM,  64,  2,  28,  132,    0,  0,   0, 0, 132, 0},
+    {  129,  2112,  7168, 132, 0, N64 ,  64,  1,  56,   99,    0,  0,   0, 0,  99, 0},
 };
 
 /* test_hopper's cases, on the H200: each reaches the plan its comment there names (splits summed in clusters of 4,
@@ -182,7 +183,7 @@ static const plan_row kTestCasesOnH200[] = {
     {    3,  1536,  4096, 132, 1, SWAP,   8,  8,   4,   96,    0,  0,   0, 0,  96, 8},
     {    2,  1000,  2560, 132, 1, SWAP,   8,  7,   3,   56,    0,  0,   0, 0,  56, 7},
     {  100,  1000,  4096, 132, 1, NORM,  64,  6,   6,   96,    0,  0,   0, 0,  96, 6},
-    {   16,   330,  6144, 132, 1, NORM,  64,  8,   6,   48,    0,  0,   0, 0,  48, 8},
+    {   16,   330,  6144, 132, 1, N64 ,  64,  8,   6,   48,    0,  0,   0, 0,  48, 8},
     {   72,   520,  3584, 132, 1, NORM,  64,  7,   4,   63,    0,  0,   0, 0,  63, 7},
     {  128,   256,  8192, 132, 1, NORM,  64,  8,   8,   32,    0,  0,   0, 0,  32, 8},
     {    3, 17000,   256, 132, 1, SWAP,   8,  1,   2,  136,  132, 32,   0, 0, 132, 0},
@@ -194,42 +195,42 @@ static const plan_row kTestCasesOnH200[] = {
     { 2100,  1000,  3072, 132, 1, NORM,  64,  1,  24,  396,  132,  0, 140, 2, 132, 0},
     {  700,  3000,  3088, 132, 1, NORM,  64,  1,  25,  528,  132,  0, 150, 3, 132, 0},
     {  200,  7168,  8192, 132, 1, NORM, 128,  1,  64,  112,    0,  0,   0, 0, 112, 0},
-    {   48,  7168,  4096, 132, 1, NORM,  64,  1,  32,  112,    0,  0,   0, 0, 112, 0},
+    {   48,  7168,  4096, 132, 1, N64 ,  64,  1,  32,  112,    0,  0,   0, 0, 112, 0},
     { 4095,  2048,   512, 132, 1, NORM, 128,  1,   4,  512,    0,  0,   0, 0, 132, 0},
     { 1000,  1024,   768, 132, 1, NORM,  64,  1,   6,  128,    0,  0,   0, 0, 128, 0},
-    {  256,  1000,   256, 132, 1, NORM,  64,  1,   2,   32,    0,  0,   0, 0,  32, 0},
+    {  256,  1000,   256, 132, 1, N64 ,  32,  1,   2,  128,    0,  0,   0, 0, 128, 0},
 };
 
 /* Other SM counts (a partition of the device, other parts): no cluster counts. */
 static const plan_row kOtherSms[] = {
     {    1,  2112,  7168, 114, 0, SWAP,   8,  4,  14,   68,    0,  0,   0, 0,  68, 0},
-    {   64,  2112,  7168, 114, 0, NORM,  64,  3,  19,   99,    0,  0,   0, 0,  99, 0},
+    {   64,  2112,  7168, 114, 0, N64 ,  64,  3,  19,   99,    0,  0,   0, 0,  99, 0},
     { 4096,  2112,  7168, 114, 0, NORM, 128,  1,  56,  544,    0,  0,   0, 0, 114, 0},
     {    1, 24576,  1536, 114, 0, SWAP,   8,  1,  12,  192,    0,  0,   0, 0, 114, 0},
-    {   64, 24576,  1536, 114, 0, NORM, 128,  1,  12,  192,    0,  0,   0, 0, 114, 0},
+    {   64, 24576,  1536, 114, 0, N64 , 128,  1,  12,  192,    0,  0,   0, 0, 114, 0},
     { 4096, 24576,  1536, 114, 0, NORM, 128,  1,  12, 6144,    0,  0,   0, 0, 114, 0},
     {    1, 32768,   512, 114, 0, SWAP,   8,  1,   4,  340,  228, 32,   0, 0, 114, 0},
-    {   64, 32768,   512, 114, 0, NORM, 128,  1,   4,  256,    0,  0,   0, 0, 114, 0},
+    {   64, 32768,   512, 114, 0, N64 , 128,  1,   4,  256,    0,  0,   0, 0, 114, 0},
     { 4096, 32768,   512, 114, 0, NORM, 128,  1,   4, 8192,    0,  0,   0, 0, 114, 0},
     {    1,  7168, 16384, 114, 0, SWAP,   8,  1, 128,  112,    0, 64,   0, 0, 112, 0},
-    {   64,  7168, 16384, 114, 0, NORM,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
+    {   64,  7168, 16384, 114, 0, N64 ,  64,  1, 128,  112,    0,  0,   0, 0, 112, 0},
     { 4096,  7168, 16384, 114, 0, NORM, 128,  1, 128, 1792,    0,  0,   0, 0, 114, 0},
     {    1, 36864,  7168, 114, 0, SWAP,   8,  1,  56,  288,    0,  0,   0, 0, 114, 0},
-    {   64, 36864,  7168, 114, 0, NORM, 128,  1,  56,  288,    0,  0,   0, 0, 114, 0},
+    {   64, 36864,  7168, 114, 0, N64 , 128,  1,  56,  288,    0,  0,   0, 0, 114, 0},
     { 4096, 36864,  7168, 114, 0, NORM, 128,  1,  56, 9216,    0,  0,   0, 0, 114, 0},
     {    1,  7168, 18432, 114, 0, SWAP,   8,  1, 144,  112,    0, 64,   0, 0, 112, 0},
-    {   64,  7168, 18432, 114, 0, NORM,  64,  1, 144,  112,    0,  0,   0, 0, 112, 0},
+    {   64,  7168, 18432, 114, 0, N64 ,  64,  1, 144,  112,    0,  0,   0, 0, 112, 0},
     { 4096,  7168, 18432, 114, 0, NORM, 128,  1, 144, 1792,    0,  0,   0, 0, 114, 0},
     {    1,  4096,  7168, 114, 0, SWAP,   8,  2,  28,   64,    0,  0,   0, 0,  64, 0},
-    {   64,  4096,  7168, 114, 0, NORM,  64,  1,  56,   64,    0,  0,   0, 0,  64, 0},
+    {   64,  4096,  7168, 114, 0, N64 ,  64,  1,  56,   64,    0,  0,   0, 0,  64, 0},
     { 4096,  4096,  7168, 114, 0, NORM, 128,  1,  56, 1024,    0,  0,   0, 0, 114, 0},
     {    1,  7168,  2048, 114, 0, SWAP,   8,  1,  16,   56,    0,  0,   0, 0,  56, 0},
-    {   64,  7168,  2048, 114, 0, NORM,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
+    {   64,  7168,  2048, 114, 0, N64 ,  64,  1,  16,  112,    0,  0,   0, 0, 112, 0},
     { 4096,  7168,  2048, 114, 0, NORM, 128,  1,  16, 1792,    0,  0,   0, 0, 114, 0},
     {    1, 36864,  7168,  78, 0, SWAP,   8,  1,  56,  288,    0,  0,   0, 0,  78, 0},
     {    1,  7000,  2304,  16, 0, SWAP,   8,  1,  18,   62,   48, 64,   0, 0,  16, 0},
-    {   16, 36864,  7168,  78, 0, NORM, 128,  1,  56,  288,    0,  0,   0, 0,  78, 0},
-    {   16,  7000,  2304,  16, 0, NORM, 128,  1,  18,   55,    0,  0,   0, 0,  16, 0},
+    {   16, 36864,  7168,  78, 0, N64 , 128,  1,  56,  288,    0,  0,   0, 0,  78, 0},
+    {   16,  7000,  2304,  16, 0, N64 , 128,  1,  18,   55,    0,  0,   0, 0,  16, 0},
     {  128, 36864,  7168,  78, 0, NORM, 128,  1,  56,  288,    0,  0,   0, 0,  78, 0},
     {  128,  7000,  2304,  16, 0, NORM, 128,  1,  18,   55,    0,  0,   0, 0,  16, 0},
     { 2049, 36864,  7168,  78, 0, NORM, 128,  1,  56, 4896,    0,  0,   0, 0,  78, 0},
@@ -242,10 +243,10 @@ static const plan_row kOtherSms[] = {
  * 5% (4096 x 576, 8192 x 2112: whole tiles, just short of both), the few-tile slices' 64 K blocks (1 x 7000) and
  * 10 MB in flight (1 x 6000: 9.2 MB, no slices; 1 x 6600: 10.1 MB, slices). */
 static const plan_row kThresholds[] = {
-    {  102,  2112,  7168, 132, 0, NORM,  64,  3,  19,   99,    0,  0,   0, 0,  99, 0},
+    {  102,  2112,  7168, 132, 0, N64 ,  32,  1,  56,  132,    0,  0,   0, 0, 132, 0},
     {    1,   576, 16384, 132, 0, SWAP,   8, 13,  10,   65,    0,  0,   0, 0,  65, 0},
     {    1,   576, 16384, 132, 1, SWAP,   8,  8,  16,   40,    0,  0,   0, 0,  40, 8},
-    {   38, 20002,  4096, 132, 0, NORM,  64,  1,  32,  313,    0,  0,   0, 0, 132, 0},
+    {   38, 20002,  4096, 132, 0, N64 ,  64,  1,  32,  313,    0,  0,   0, 0, 132, 0},
     { 4096,   576,  2304, 132, 0, NORM,  64,  1,  18,  288,    0,  0,   0, 0, 132, 0},
     { 8192,  2112,  7168, 132, 0, NORM, 128,  1,  56, 1088,    0,  0,   0, 0, 132, 0},
     {    1,  7000,  7168, 132, 0, SWAP,   8,  1,  56,   55,    0,  0,   0, 0,  55, 0},
@@ -264,7 +265,7 @@ static const struct {
     {"BFP8_HOPPER_FORCE=last-wave-split",
      {    8, 36864,  7168, 132, 1, SWAP,   8,  5,  12,  384,  264,  0,   0, 0, 132, 0}},
     {"BFP8_HOPPER_FORCE=last-wave-split",
-     {   16, 36864,  7168, 132, 1, NORM, 128,  5,  12,  384,  264,  0,   0, 0, 132, 0}},
+     {   16, 36864,  7168, 132, 1, N64 , 128,  5,  12,  384,  264,  0,   0, 0, 132, 0}},
     {"BFP8_HOPPER_FORCE=last-wave-split",
      { 4096,  2112,  7168, 132, 1, NORM, 128,  1,  56,  544,    0,  0,   0, 0, 132, 0}},
     {"BFP8_HOPPER_FORCE=slices", {    1,  4096,  7168, 132, 1, SWAP,   8,  1,  56,  128,    0, 32,   0, 0, 128, 0}},
@@ -272,12 +273,15 @@ static const struct {
     {"BFP8_HOPPER_TILE=swap16,BFP8_HOPPER_FORCE=slices",
      {   16,  2112,  7168, 132, 1, SWAP,  16,  1,  56,   66,    0, 32,   0, 0,  66, 0}},
     {"BFP8_HOPPER_FORCE=stream-k", {  200,  7168,  8192, 132, 1, NORM, 128,  1,  64,  264,    0,  0, 112, 2, 132, 0}},
-    {"BFP8_HOPPER_FORCE=stream-k", {   48,  7168,  4096, 132, 1, NORM,  64,  1,  32,  264,    0,  0, 112, 2, 132, 0}},
+    {"BFP8_HOPPER_FORCE=stream-k", {   48,  7168,  4096, 132, 1, N64 ,  64,  1,  32,  264,    0,  0, 112, 2, 132, 0}},
     {"BFP8_HOPPER_FORCE=stream-k", {  128, 36864,  7168, 132, 1, NORM, 128,  1,  56,  528,  132,  0, 156, 3, 132, 0}},
     {"BFP8_HOPPER_FORCE=stream-k", { 4096,  7168, 16384, 132, 1, NORM, 128,  1, 128, 1980, 1584,  0, 208, 3, 132, 0}},
-    {"BFP8_HOPPER_TILE=64", {    1,  2112,  7168, 132, 1, NORM,  64,  3,  19,   99,    0,  0,   0, 0,  99, 3}},
+    {"BFP8_HOPPER_TILE=64", {    1,  2112,  7168, 132, 1, N64 ,  64,  3,  19,   99,    0,  0,   0, 0,  99, 3}},
     {"BFP8_HOPPER_TILE=64", {  512,  7168, 16384, 132, 1, NORM,  64,  2,  64,  500,  396,  0,   0, 0, 132, 0}},
-    {"BFP8_HOPPER_TILE=128", {   16,  7168,  2048, 132, 1, NORM, 128,  2,   8,  112,    0,  0,   0, 0, 112, 0}},
+    {"BFP8_HOPPER_TILE=128", {   16,  7168,  2048, 132, 1, N64 , 128,  2,   8,  112,    0,  0,   0, 0, 112, 0}},
+    {"BFP8_HOPPER_TILE=64x32", {  512,  7168,  2048, 132, 1, N64 ,  32,  1,  16, 1792,    0,  0,   0, 0, 132, 0}},
+    {"BFP8_HOPPER_TILE=128x32", {  256,  2112,  7168, 132, 1, NORM,  32,  1,  56,  132,    0,  0,   0, 0, 132, 0}},
+    {"BFP8_HOPPER_TILE=64x128", {   16,  7168,  2048, 132, 1, N64 , 128,  2,   8,  112,    0,  0,   0, 0, 112, 0}},
     {"BFP8_HOPPER_TILE=swap", {   64,  4096,  7168, 132, 1, SWAP,  64,  4,  14,  128,    0,  0,   0, 0, 128, 0}},
     {"BFP8_HOPPER_TILE=swap", {  100,  7168,  2048, 132, 1, SWAP, 128,  2,   8,  112,    0,  0,   0, 0, 112, 0}},
     {"BFP8_HOPPER_TILE=swap16", {   64,  2112,  7168, 132, 1, SWAP,  16,  1,  56,   68,    0,  0,   0, 0,  68, 0}},
@@ -301,8 +305,9 @@ static void test_forced(void) {
 }
 
 /* Every plan of a grid (DeepSeek-R1 and ragged shapes, M = 1..130 and six larger, 132/114/78/16 SMs, no clusters /
- * the H200's / a small device's) as one FNV-1a hash of their plan lines: the value the planner gave before it moved
- * out of the CUDA code (commit 1e16e46). A change of any plan in the grid changes it; the tables above say which. */
+ * the H200's / a small device's) as one FNV-1a hash of their plan lines. It last changed with the 64-row tiles of
+ * docs/hopper.md's design log 80 (before them, it was the value the planner gave when it moved out of the CUDA code,
+ * commit 1e16e46). A change of any plan in the grid changes it; the tables above say which. */
 static void test_grid_fingerprint(void) {
     static const int64_t shapes[][2] = {
         {2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {36864, 7168}, {7168, 18432}, {4096, 7168},
@@ -335,8 +340,8 @@ static void test_grid_fingerprint(void) {
                     for (int b = 0; b < len; b++) hash = (hash ^ (unsigned char)line[b]) * 0x100000001b3ull;
                     plans++;
                 }
-    CHECK(plans == 52224 && hash == 0xa525e7e9a8f43c3bull, "the grid's %d plans hash to 0x%016llx, want 52224 plans, "
-          "0xa525e7e9a8f43c3b", plans, (unsigned long long)hash);
+    CHECK(plans == 52224 && hash == 0x295fd026e8dabc3cull, "the grid's %d plans hash to 0x%016llx, want 52224 plans, "
+          "0x295fd026e8dabc3c", plans, (unsigned long long)hash);
 }
 
 /* The knobs' parsing: the values docs/hopper-knobs.md lists, and what is ignored. */
@@ -346,17 +351,24 @@ static void test_knobs(void) {
     static const struct {
         const char *env;
         bool forced, swap;
-        int bq;
-    } tiles[] = {{"BFP8_HOPPER_TILE=64", true, false, 64},       {"BFP8_HOPPER_TILE=128", true, false, 128},
-                 {"BFP8_HOPPER_TILE=swap", true, true, 0},      {"BFP8_HOPPER_TILE=swap8", true, true, 8},
-                 {"BFP8_HOPPER_TILE=swap128", true, true, 128}, {"BFP8_HOPPER_TILE=swap0", true, true, 0},
-                 {"BFP8_HOPPER_TILE=32", false, false, 0},      {"BFP8_HOPPER_TILE=swap12", false, false, 0},
-                 {"BFP8_HOPPER_TILE=64x", false, false, 0},     {"BFP8_HOPPER_TILE=", false, false, 0},
-                 {"BFP8_HOPPER_TILE=swap256", false, false, 0}, {"", false, false, 0}};
+        int bq, rows;
+    } tiles[] = {{"BFP8_HOPPER_TILE=64", true, false, 64, 0},        {"BFP8_HOPPER_TILE=128", true, false, 128, 0},
+                 {"BFP8_HOPPER_TILE=64x32", true, false, 32, 64},    {"BFP8_HOPPER_TILE=64x128", true, false, 128, 64},
+                 {"BFP8_HOPPER_TILE=128x32", true, false, 32, 128},  {"BFP8_HOPPER_TILE=128x64", true, false, 64, 128},
+                 {"BFP8_HOPPER_TILE=swap", true, true, 0, 0},        {"BFP8_HOPPER_TILE=swap8", true, true, 8, 0},
+                 {"BFP8_HOPPER_TILE=swap128", true, true, 128, 0},   {"BFP8_HOPPER_TILE=swap0", true, true, 0, 0},
+                 {"BFP8_HOPPER_TILE=32", false, false, 0, 0},        {"BFP8_HOPPER_TILE=swap12", false, false, 0, 0},
+                 {"BFP8_HOPPER_TILE=64x", false, false, 0, 0},       {"BFP8_HOPPER_TILE=", false, false, 0, 0},
+                 {"BFP8_HOPPER_TILE=64x48", false, false, 0, 0},     {"BFP8_HOPPER_TILE=32x64", false, false, 0, 0},
+                 {"BFP8_HOPPER_TILE=64x32x", false, false, 0, 0},    {"BFP8_HOPPER_TILE=x64", false, false, 0, 0},
+                 {"BFP8_HOPPER_TILE=swap64x32", false, false, 0, 0}, {"BFP8_HOPPER_TILE=swap256", false, false, 0, 0},
+                 {"", false, false, 0, 0}};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
         const bfp8_hopper_knobs k = knobs_of(tiles[i].env);
-        CHECK(k.tile_forced == tiles[i].forced && k.tile_swap == tiles[i].swap && k.tile_bq == tiles[i].bq,
-              "'%s': forced %d swap %d bq %d", tiles[i].env, (int)k.tile_forced, (int)k.tile_swap, k.tile_bq);
+        CHECK(k.tile_forced == tiles[i].forced && k.tile_swap == tiles[i].swap && k.tile_bq == tiles[i].bq &&
+                  k.tile_rows == tiles[i].rows,
+              "'%s': forced %d swap %d bq %d rows %d", tiles[i].env, (int)k.tile_forced, (int)k.tile_swap, k.tile_bq,
+              k.tile_rows);
     }
     static const struct {
         const char *env;
@@ -410,6 +422,7 @@ static void test_defaults_and_lines(void) {
         {4096, 2112, 7168, "normal BQ=128 splits=1 (K blocks per split 56) units=792 (whole 396; stream-K over 148 "
                            "tiles, up to 3 pieces a CTA) grid=132"},
         {128, 36864, 7168, "normal BQ=128 splits=5 (K blocks per split 12) units=384 (whole 264) grid=132"},
+        {128, 2112, 7168, "normal 64-row tiles, BQ=32 splits=1 (K blocks per split 56) units=132 (whole 0) grid=132"},
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         const bfp8_hopper_plan p = bfp8_hopper_plan_make(lines[i].m, lines[i].n, lines[i].k, 132, &kH200ClusterFit,
@@ -437,6 +450,9 @@ static void test_unit_grids(void) {
                                        "BFP8_HOPPER_FORCE=stream-k",
                                        "BFP8_HOPPER_TILE=64",
                                        "BFP8_HOPPER_TILE=128",
+                                       "BFP8_HOPPER_TILE=64x32",
+                                       "BFP8_HOPPER_TILE=64x128",
+                                       "BFP8_HOPPER_TILE=128x32",
                                        "BFP8_HOPPER_TILE=swap",
                                        "BFP8_HOPPER_TILE=swap16",
                                        "BFP8_HOPPER_SPLITS=3"};
@@ -532,7 +548,8 @@ static void test_grouped_plans(void) {
               pl.tile_rows, pl.bq, pl.units, pl.grid, golden[i].tile_rows, golden[i].bq, golden[i].units,
               golden[i].grid);
     }
-    static const char *const envs[] = {"", "BFP8_HOPPER_TILE=64", "BFP8_HOPPER_TILE=128"};
+    /* ("64x32": the dense path's only; grouped plans keep their own widths, 64 or 128.) */
+    static const char *const envs[] = {"", "BFP8_HOPPER_TILE=64", "BFP8_HOPPER_TILE=128", "BFP8_HOPPER_TILE=64x32"};
     static const int64_t shapes[][4] = {/* G, m (masked: max_m), N, K */
                                         {1, 1, 1, 16},     {3, 17, 130, 256},  {8, 128, 4096, 7168}, {5, 300, 200, 512},
                                         {32, 64, 192, 128}, {6, 256, 512, 384}, {256, 129, 64, 256}};
@@ -557,7 +574,10 @@ static void test_grouped_plans(void) {
                 bfp8_hopper_params_set_grouped(&hp, &pl, m, n, k);
                 /* cover[(g * m + row) * q_tiles + qt]: how many non-empty units store that row of that weight tile */
                 unsigned char *cover = calloc((size_t)(G * m * pl.q_tiles), 1);
-                bool ok = pl.units == G * pl.p_tiles * pl.q_tiles && (pl.tile_rows == 64 || pl.tile_rows == 128);
+                bool ok = pl.units == G * pl.p_tiles * pl.q_tiles && (pl.tile_rows == 64 || pl.tile_rows == 128) &&
+                          (pl.bq == 64 || pl.bq == 128); /* the grouped kernels' widths */
+                CHECK(ok, "masked plan of G=%lld m=%lld N=%lld under '%s': %d-row tiles BQ=%d", (long long)G,
+                      (long long)m, (long long)n, envs[e], pl.tile_rows, pl.bq);
                 for (int u = 0; ok && u < pl.units; u++) {
                     bfp8_hopper_unit w = bfp8_hopper_decode_grouped_tile(&hp, u);
                     bfp8_hopper_grouped_set_rows(&hp, &w, counts[w.group]);

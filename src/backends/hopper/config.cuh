@@ -65,8 +65,10 @@ struct TensorMaps {
 #endif
 constexpr bool kTraceBuild = BFP8_HOPPER_TRACE != 0;
 
-template <int BQ, bool SWAP> struct Config {
-    static constexpr int kPBytes = kBP * kBK;
+/* PROWS: the P rows a stage holds, kBP, or 64 for the normal path's 64-row tiles (one consumer warpgroup: half the
+ * P bytes and one warpgroup's output staging a stage, so more stages fit). */
+template <int BQ, bool SWAP, int PROWS = kBP> struct Config {
+    static constexpr int kPBytes = PROWS * kBK;
     static constexpr int kQBytes = BQ * kBK;
     static constexpr int kStageBytes = kPBytes + kQBytes; /* multiple of 1024: the swizzle atom */
     static constexpr int kScaleSlot = 512;                 /* up to 128 fp32 activation scales */
@@ -74,11 +76,12 @@ template <int BQ, bool SWAP> struct Config {
      * [64 rows][BQ] of 16-bit outputs, swapped = [BQ tokens][64 weight rows] of fp32 (transposed on the way). */
     static constexpr int kOutPitch = SWAP ? 64 * 4 + 16 : BQ * 2 + 16;
     static constexpr int kOutRows = SWAP ? BQ : 64;
-    static constexpr int kOutBytes = (2 * kOutRows * kOutPitch + 1023) / 1024 * 1024;
+    static constexpr int kOutBytes = ((SWAP ? 2 : PROWS / 64) * kOutRows * kOutPitch + 1023) / 1024 * 1024;
     static_assert(SWAP || (kOutRows * kOutPitch) % 1024 == 0, "second warpgroup's TMA-store tile must be aligned");
     static_assert(SWAP || kOutRows * kOutPitch >= BQ / 64 * 8192, "a warpgroup's TMA-store boxes must fit");
     static constexpr int kStagesFit = (kMaxSmem - 1024 - kOutBytes - 256) / (kStageBytes + kScaleSlot + 16);
-    static constexpr int kStages = kStagesFit > 12 ? 12 : kStagesFit;
+    static constexpr int kMaxStages = PROWS < kBP ? 16 : 12;
+    static constexpr int kStages = kStagesFit > kMaxStages ? kMaxStages : kStagesFit;
     static constexpr int kSmemBytes = 1024 + kStages * (kStageBytes + kScaleSlot) + kOutBytes + kStages * 16;
 };
 static_assert(Config<8, true>::kStages == BFP8_HOPPER_STAGES_SWAP8, "plan.h's stage count of the 8-token kernel");

@@ -3,8 +3,8 @@
  * y[m,n] = sum_kb sa[m,kb] * sb[n/128,kb] * (sum_{k in kb} a[m,k] b[n,k]) + bias[n], one rounding at the end.
  *
  * The kernel computes a 128 x BQ tile of a product P * Q^T where P and Q are both K-major e4m3 matrices:
- *  - normal: P = A (activations, 128 rows a tile), Q = B (weights, BQ = 64 or 128 rows a tile: the narrower
- *    tile doubles the tiles to spread over the SMs when there are few);
+ *  - normal: P = A (activations, 128 rows a tile, or 64 with one consumer warpgroup), Q = B (weights, BQ = 32, 64
+ *    or 128 rows a tile: the narrower tiles spread over more SMs when there are few);
  *  - swapped (decode, M <= 8, M <= 16 where it gives row slices; up to 128 when forced): P = B (weights) and
  *    Q = A (tokens, BQ = M rounded up to 8..128), so the weight rows fill wgmma's M dimension and a one-token GEMM
  *    does not waste 63/64 of every instruction.
@@ -18,7 +18,7 @@
  * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
  * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path, and on swapped units of 12 or
  * more K blocks, two partials alternate, so block b+1's MMAs run while block b is promoted. On the normal path with
- * M <= 64 the second consumer, whose rows all lie past M, exits at once. setmaxnreg moves registers from the
+ * 64-row tiles the second consumer exits at once. setmaxnreg moves registers from the
  * producer to the consumers. After changing a consumer loop, check `-Xptxas -v` (make test does): when ptxas cannot
  * prove an accumulator idle it serializes the wgmmas and says so (C7514, C7518); the kernel stays correct, only
  * slower. Check the loop's SASS too: a branch on the warpgroup index inside it moved its stage index out of the
@@ -131,7 +131,7 @@ __device__ __forceinline__ int tile_full_halves(const HopperParams &p, const Uni
 }
 #endif
 
-template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false, bool GROUPED = false>
+template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false, bool GROUPED = false, int PROWS = kBP>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ TensorMaps maps, const HopperParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -141,7 +141,9 @@ __global__ void __launch_bounds__(kThreads, 1)
      * rows and slots too, and spilled at 24; its consumers do not spill at 232. */
     constexpr int kProducerRegs = GROUPED ? 40 : 24, kConsumerRegs = GROUPED ? 232 : 240;
     static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "setmaxnreg budget");
-    using C = Config<BQ, SWAP>;
+    static_assert(PROWS == kBP || (PROWS == 64 && !SWAP && !CSPLIT && !STREAMK && !GROUPED),
+                  "64-row stages: the plain normal path's 64-row tiles (one consumer warpgroup)");
+    using C = Config<BQ, SWAP, PROWS>;
     constexpr int kStages = C::kStages;
     constexpr bool kSlices = SWAP && !CSPLIT; /* the kernels that run row slices (bfp8_hopper_params::slice_rows) */
     constexpr int kScaleRows = SWAP ? BQ : kBP; /* activation scales per K block of a tile */
@@ -215,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     /* Bytes that complete one of the unit's stages (boxes count whole, zero-filled rows included). */
     auto stage_bytes = [&](const Unit &unit) {
-        const int p_rows = unit.p_cut ? p.p_last_rows : kBP, q_rows = q_last(unit) ? p.q_last_rows : BQ;
+        const int p_rows = unit.p_cut ? p.p_last_rows : p.tile_rows, q_rows = q_last(unit) ? p.q_last_rows : BQ;
         return (uint32_t)((p_rows + q_rows) * kBK + kScaleRows * 4);
     };
     /* Stage st's box of the weight (P when swapped, Q otherwise) or of the activations; the activations' scales

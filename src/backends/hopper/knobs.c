@@ -22,14 +22,21 @@ static void parse_tile(const char *e, bfp8_hopper_knobs *k) {
     const bool swap = strncmp(e, "swap", 4) == 0;
     const char *num = swap ? e + 4 : e;
     char *end = NULL;
-    const long v = *num ? strtol(num, &end, 10) : 0;
+    long v = *num ? strtol(num, &end, 10) : 0, rows = 0;
+    if (!swap && end && end != num && *end == 'x') { /* "RxQ" */
+        rows = v;
+        num = end + 1;
+        v = *num ? strtol(num, &end, 10) : 0;
+        if (!*num || (rows != 64 && rows != 128) || (v != 32 && v != 64 && v != 128)) return;
+    }
     const bool whole = !*num || (end != num && *end == '\0');
     const bool ok = whole && (swap ? (v == 0 || v == 8 || v == 16 || v == 32 || v == 64 || v == 128)
-                                   : (v == 64 || v == 128));
+                                   : rows ? true : (v == 64 || v == 128));
     if (!ok) return;
     k->tile_forced = true;
     k->tile_swap = swap;
     k->tile_bq = (int)v;
+    k->tile_rows = (int)rows;
 }
 
 static bfp8_hopper_force parse_force(const char *e) {

@@ -25,12 +25,14 @@ typedef enum bfp8_hopper_force {
 } bfp8_hopper_force;
 
 typedef struct bfp8_hopper_knobs {
-    /* BFP8_HOPPER_TILE: "64" or "128" forces the normal path with weight tiles that wide; "swap" the swapped path
-     * while M <= 128 with a Q tile of the power of two >= M, "swapN" (N = 8, 16, 32, 64, 128) with Q tiles of N
+    /* BFP8_HOPPER_TILE: "64" or "128" forces the normal path with weight tiles that wide; "RxQ" (R = 64 or 128,
+     * Q = 32, 64 or 128) the normal path with activation tiles of R rows and weight tiles Q wide; "swap" the swapped
+     * path while M <= 128 with a Q tile of the power of two >= M, "swapN" (N = 8, 16, 32, 64, 128) with Q tiles of N
      * tokens (several when M > N). Anything else is ignored. */
     bool tile_forced;
     bool tile_swap;
-    int tile_bq; /* 0 with tile_swap: the power of two >= M */
+    int tile_bq;   /* 0 with tile_swap: the power of two >= M */
+    int tile_rows; /* normal path: 64 or 128 forced by "RxQ"; 0: the planner's (64 where M <= 64) */
     /* BFP8_HOPPER_SPLITS=S (1..1024): S K splits of every tile, at most one per K block, and no last-wave split,
      * row slices or stream-K (the sweeps that calibrate the split model); 0: the model decides. */
     int splits;

@@ -115,30 +115,31 @@ struct KernelLaunch {
 
 /* Dynamic shared memory of a kernel: STREAMK kernels keep their ticket in room past the barriers, GROUPED ones their
  * unit slots. */
-template <int BQ, bool SWAP, bool STREAMK = false, bool GROUPED = false> constexpr int kernel_smem() {
-    return Config<BQ, SWAP>::kSmemBytes + (STREAMK ? 8 * Config<BQ, SWAP>::kStages : 0) +
+template <int BQ, bool SWAP, bool STREAMK = false, bool GROUPED = false, int PROWS = kBP> constexpr int kernel_smem() {
+    return Config<BQ, SWAP, PROWS>::kSmemBytes + (STREAMK ? 8 * Config<BQ, SWAP, PROWS>::kStages : 0) +
            (GROUPED ? kUnitSlotBytes : 0);
 }
 
 /* Raises a kernel's dynamic shared-memory limit to what it uses, once (before its launch or an occupancy query). */
-template <int BQ, bool SWAP, bool CSPLIT, bool STREAMK = false, bool GROUPED = false> cudaError_t allow_kernel_smem() {
+template <int BQ, bool SWAP, bool CSPLIT, bool STREAMK = false, bool GROUPED = false, int PROWS = kBP>
+cudaError_t allow_kernel_smem() {
     static_assert(kernel_smem<BQ, SWAP, true>() <= kMaxSmem, "stream-K ticket");
     static_assert(kernel_smem<BQ, SWAP, false, true>() <= kMaxSmem, "grouped unit slots");
     static bool attr_set = false; /* idempotent: a race only sets it twice */
     if (attr_set) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED>,
+    cudaError_t e = cudaFuncSetAttribute(hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED, PROWS>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kernel_smem<BQ, SWAP, STREAMK, GROUPED>());
+                                         kernel_smem<BQ, SWAP, STREAMK, GROUPED, PROWS>());
     attr_set = e == cudaSuccess;
     return e;
 }
 
 /* Launches a persistent grid of `grid` CTAs. */
-template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false, bool GROUPED = false>
+template <int BQ, bool SWAP, bool CSPLIT = false, bool STREAMK = false, bool GROUPED = false, int PROWS = kBP>
 cudaError_t launch_kernel(const TensorMaps &maps, const HopperParams &hp, int grid, cudaStream_t stream) {
-    auto kernel = hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED>;
-    const int smem = kernel_smem<BQ, SWAP, STREAMK, GROUPED>();
-    cudaError_t e = allow_kernel_smem<BQ, SWAP, CSPLIT, STREAMK, GROUPED>();
+    auto kernel = hopper_gemm_kernel<BQ, SWAP, CSPLIT, STREAMK, GROUPED, PROWS>;
+    const int smem = kernel_smem<BQ, SWAP, STREAMK, GROUPED, PROWS>();
+    cudaError_t e = allow_kernel_smem<BQ, SWAP, CSPLIT, STREAMK, GROUPED, PROWS>();
     if (e != cudaSuccess) return e;
     if (!hp.dependent && !CSPLIT) {
         kernel<<<grid, kThreads, smem, stream>>>(maps, hp);
@@ -172,9 +173,19 @@ cudaError_t launch_planned(const bfp8_hopper_plan &pl, const TensorMaps &maps, c
         return pl.bq == 64 ? launch_kernel<64, false, false, true>(maps, hp, pl.grid, stream)
                            : launch_kernel<128, false, false, true>(maps, hp, pl.grid, stream);
     }
+    if (!pl.swap && pl.stages64) {
+        switch (pl.bq) {
+        case 32: return launch_kernel<32, false, false, false, false, 64>(maps, hp, pl.grid, stream);
+        case 64: return launch_kernel<64, false, false, false, false, 64>(maps, hp, pl.grid, stream);
+        default: return launch_kernel<128, false, false, false, false, 64>(maps, hp, pl.grid, stream);
+        }
+    }
     if (!pl.swap) {
-        return pl.bq == 64 ? launch_kernel<64, false>(maps, hp, pl.grid, stream)
-                           : launch_kernel<128, false>(maps, hp, pl.grid, stream);
+        switch (pl.bq) {
+        case 32: return launch_kernel<32, false>(maps, hp, pl.grid, stream);
+        case 64: return launch_kernel<64, false>(maps, hp, pl.grid, stream);
+        default: return launch_kernel<128, false>(maps, hp, pl.grid, stream);
+        }
     }
     switch (pl.bq) {
     case 8: return launch_kernel<8, true>(maps, hp, pl.grid, stream);
@@ -339,7 +350,8 @@ extern "C" bfp8_status bfp8_hopper_run(const bfp8_gemm_args *args, int sms) {
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
     TensorMaps maps;
     memset(&maps, 0, sizeof maps); /* the maps a plan does not use stay zero */
-    BFP8_TRY(encode_map(&maps.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, kBP, true, "P"));
+    BFP8_TRY(encode_map(&maps.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p_mat, p_rows, k, k, kBK, (uint32_t)pl.tile_rows,
+                        true, "P"));
     BFP8_TRY(encode_map(&maps.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, q_mat, q_rows, k, k, kBK, (uint32_t)pl.bq, true,
                         "Q"));
     /* The last tile's rows, in whole 8-row swizzle groups: a smaller box when the matrix ends inside the tile. */
@@ -370,11 +382,12 @@ extern "C" bfp8_status bfp8_hopper_run(const bfp8_gemm_args *args, int sms) {
     hp.dependent = args->act_from_prior_kernel && !pl.sk_tiles;
     hp.entry_stages = kEntryStages;
     hp.q_last_rows = q_last_rows; /* p_last_rows: bfp8_hopper_params_set_units */
-    hp.one_consumer = !pl.swap && m <= 64;
+    hp.one_consumer = !pl.swap && pl.tile_rows < kBP;
     hp.csplit = pl.csplit;
     hp.weight_evict_first = bfp8_hopper_plan_activation_tiles(&pl) == 1;
     hp.y_vec = (n % 8 == 0) && ((uintptr_t)args->y % 16 == 0);
-    hp.y_tma = !pl.swap && pl.splits == 1 && hp.y_vec && args->y_dtype != BFP8_DTYPE_F32;
+    /* (The TMA store writes 64-column boxes.) */
+    hp.y_tma = !pl.swap && pl.bq >= 64 && pl.splits == 1 && hp.y_vec && args->y_dtype != BFP8_DTYPE_F32;
     if (hp.y_tma)
         BFP8_TRY(encode_map(&maps.y, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, args->y, m, n, n, 64, 64, true, "Y"));
 

@@ -86,21 +86,23 @@ static int stream_k_pieces(int ctas, int64_t blocks, int kblocks) {
     return most;
 }
 
-/* One tiling (swapped with Q tiles of bq tokens, or normal with weight tiles of bq rows): its K split, and where the
- * last wave goes (a K split of its tiles, stream-K or row slices). */
-static bfp8_hopper_plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int64_t k, int sms,
+/* One tiling (swapped with Q tiles of bq tokens, or normal with activation tiles of tile_rows rows and weight tiles of
+ * bq rows): its K split, and where the last wave goes (a K split of its tiles, stream-K or row slices). */
+static bfp8_hopper_plan plan_tiling(bool swap, int tile_rows, int bq, int64_t m, int64_t n, int64_t k, int sms,
                                     const bfp8_hopper_cluster_fit *fit, const bfp8_hopper_knobs *knobs) {
     bfp8_hopper_plan pl = {0};
     pl.swap = swap;
     pl.bq = bq;
+    pl.tile_rows = swap ? kBP : tile_rows;
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
-    pl.p_tiles = (int)bfp8_ceil_div(p_rows, kBP);
+    pl.p_tiles = (int)bfp8_ceil_div(p_rows, pl.tile_rows);
     pl.q_tiles = (int)bfp8_ceil_div(q_rows, pl.bq);
     const int kblocks = (int)bfp8_ceil_div(k, kBK);
     const int64_t tiles = (int64_t)pl.p_tiles * pl.q_tiles;
     split_model model;
     /* Weight bytes per block come from HBM once per M tile: all of them when one M tile covers M. */
     model.hbm_bytes = pl.swap ? (double)kBP * kBK : (double)pl.bq * kBK / (double)pl.p_tiles;
+    /* (128 rows also for 64-row tiles: the rates below were calibrated so, at M <= 64, on one consumer warpgroup.) */
     model.flops = 2.0 * kBP * pl.bq * kBK;
     model.flop_rate = (pl.swap ? 0.5e15 : 1.0e15) / sms;
     double best = 1e30;
@@ -168,7 +170,7 @@ static bfp8_hopper_plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int
      * where a K split does not pay either, it is not measured), with two consumer warpgroups (M > 64: at M <= 64 the
      * weight stream runs at the chip's rate already), and not in place of a K split (the last-wave split above keeps
      * its reduce). BFP8_HOPPER_FORCE=stream-k lifts those three conditions. */
-    if (!pl.swap && !knobs->splits && knobs->force != BFP8_HOPPER_FORCE_LAST_WAVE_SPLIT && !pl.csplit &&
+    if (!pl.swap && pl.bq >= 64 && !knobs->splits && knobs->force != BFP8_HOPPER_FORCE_LAST_WAVE_SPLIT && !pl.csplit &&
         (pl.splits == 1 || pl.whole_units) && tiles % sms != 0) {
         const int64_t full_waves = tiles / sms;
         const int64_t whole = full_waves >= 1 ? (full_waves - 1) * sms : 0, sk_tiles = tiles - whole;
@@ -222,6 +224,9 @@ static bfp8_hopper_plan plan_tiling(bool swap, int bq, int64_t m, int64_t n, int
     }
     pl.units = (int)units;
     pl.grid = (int)(units < sms ? units : sms);
+    /* Stages of 64 P rows (more of them fit) for 64-row tiles, with K long enough: on the H100 (design log 80)
+     * 1-6% faster at K = 7168 (4096x7168 M = 16..128), within 1% at 16384, 2-8% slower at K = 512..2048. */
+    pl.stages64 = !pl.swap && pl.tile_rows < kBP && !pl.csplit && !pl.sk_tiles && kblocks >= 32;
     return pl;
 }
 
@@ -246,20 +251,45 @@ bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms,
     const bfp8_hopper_knobs defaults = bfp8_hopper_knobs_default();
     if (!fit) fit = &no_fit;
     if (!knobs) knobs = &defaults;
-    if (knobs->tile_forced && !knobs->tile_swap) return plan_tiling(false, knobs->tile_bq, m, n, k, sms, fit, knobs);
+    /* One 64-row tile where it covers M: the second consumer warpgroup would have no rows. */
+    const int rows = knobs->tile_rows ? knobs->tile_rows : m <= 64 ? 64 : kBP;
+    if (knobs->tile_forced && !knobs->tile_swap)
+        return plan_tiling(false, rows, knobs->tile_bq, m, n, k, sms, fit, knobs);
     if (m <= 8 || (knobs->tile_forced && m <= 128)) {
         int bq = 8;
         while (bq < m) bq *= 2;
         if (knobs->tile_forced && knobs->tile_bq) bq = knobs->tile_bq;
-        return plan_tiling(true, bq, m, n, k, sms, fit, knobs);
+        return plan_tiling(true, kBP, bq, m, n, k, sms, fit, knobs);
     }
     const int64_t waves64 = bfp8_ceil_div(bfp8_hopper_normal_tiles(m, n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(bfp8_hopper_normal_tiles(m, n, 128), sms);
-    const bfp8_hopper_plan nrm = plan_tiling(false, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, fit, knobs);
+    const bfp8_hopper_plan nrm =
+        plan_tiling(false, rows, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, fit, knobs);
+    /* Too few tiles to fill 3/4 of the SMs, which the plan makes up for by splitting K: 64-row tiles instead (one
+     * consumer warpgroup each), as wide as gives the most tiles up to one wave, each with the whole K and no sum of
+     * splits, if they fill 3/4 of the SMs and load at most 1.5x the split units' bytes per CTA. On the H100 (design
+     * log 80): 2112x7168 at M = 96..256 and 4096x7168 at M = 16..128 3-20% faster (a split's sum took 3-4 us of ~15);
+     * at 2x the bytes (576x7168 M=384, whose plan splits K 4 ways) 8% slower. */
+    const int64_t few = (int64_t)nrm.p_tiles * nrm.q_tiles;
+    if (4 * few < 3 * (int64_t)sms && !knobs->splits) {
+        int short_bq = 0;
+        int64_t short_tiles = 0;
+        for (int bq = 128; bq >= 32; bq /= 2) {
+            const int64_t t = bfp8_ceil_div(m, 64) * bfp8_ceil_div(n, bq);
+            if (t <= sms && t > short_tiles) short_tiles = t, short_bq = bq;
+        }
+        const int64_t short_bytes = (64 + short_bq) * bfp8_ceil_div(k, kBK);
+        const int64_t split_bytes = (int64_t)(nrm.tile_rows + nrm.bq) * nrm.kb_per_split;
+        if (4 * short_tiles >= 3 * (int64_t)sms && 2 * short_bytes <= 3 * split_bytes) {
+            bfp8_hopper_knobs whole = *knobs;
+            whole.splits = 1;
+            return plan_tiling(false, 64, short_bq, m, n, k, sms, fit, &whole);
+        }
+    }
     /* M = 9..16 where the normal path splits its last wave's K (36864x7168): the swapped path with row slices there,
      * which needs no reduce kernel after the GEMM. */
     if (m <= 16 && nrm.whole_units && nrm.splits > 1) {
-        const bfp8_hopper_plan swapped = plan_tiling(true, 16, m, n, k, sms, fit, knobs);
+        const bfp8_hopper_plan swapped = plan_tiling(true, kBP, 16, m, n, k, sms, fit, knobs);
         if (swapped.slice_rows) return swapped;
     }
     return nrm;
@@ -287,7 +317,9 @@ bfp8_hopper_plan bfp8_hopper_plan_grouped(int grouped, int64_t groups, int64_t m
     const int64_t busy_p_tiles = masked ? groups * bfp8_ceil_div(per_group, pl.tile_rows) : pl.p_tiles;
     const int64_t waves64 = bfp8_ceil_div(busy_p_tiles * bfp8_ceil_div(n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(busy_p_tiles * bfp8_ceil_div(n, 128), sms);
-    pl.bq = knobs->tile_forced && !knobs->tile_swap ? knobs->tile_bq : 2 * waves64 <= 3 * waves128 ? 64 : 128;
+    /* (Forced "RxQ" tiles are the dense path's: the grouped kernels have 64- and 128-wide weight tiles.) */
+    const bool forced = knobs->tile_forced && !knobs->tile_swap && !knobs->tile_rows;
+    pl.bq = forced ? knobs->tile_bq : 2 * waves64 <= 3 * waves128 ? 64 : 128;
     pl.q_tiles = (int)bfp8_ceil_div(n, pl.bq);
     pl.splits = 1;
     pl.kb_per_split = (int)bfp8_ceil_div(k, kBK);
@@ -311,8 +343,10 @@ void bfp8_hopper_plan_describe(const bfp8_hopper_plan *pl, char *out, size_t siz
     if (pl->grouped)
         snprintf(path, sizeof path, "grouped %s G=%d, %d-row tiles,",
                  pl->grouped == BFP8_HOPPER_MASKED ? "masked" : "contiguous", pl->groups, pl->tile_rows);
-    snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d%s) grid=%d%s",
-             pl->grouped ? path : pl->swap ? "swapped" : "normal", pl->bq, pl->splits, pl->kb_per_split, pl->units,
+    else
+        snprintf(path, sizeof path, "%s", pl->swap ? "swapped" : pl->tile_rows < kBP ? "normal 64-row tiles," : "normal");
+    snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d%s) grid=%d%s", path, pl->bq,
+             pl->splits, pl->kb_per_split, pl->units,
              pl->whole_units, extra,
              pl->grid, pl->csplit ? " summed in clusters" : "");
 }
@@ -324,7 +358,7 @@ int bfp8_hopper_last_box_rows(int64_t rows, int tile) {
 }
 
 int bfp8_hopper_plan_p_box_rows(const bfp8_hopper_plan *pl, int64_t p_rows) {
-    return pl->slice_rows ? pl->slice_rows : bfp8_hopper_last_box_rows(p_rows, kBP);
+    return pl->slice_rows ? pl->slice_rows : bfp8_hopper_last_box_rows(p_rows, pl->tile_rows);
 }
 
 /* The divisor of d (1 <= d < 2^31; 0 is taken as 1, for a count that no unit divides by). */
@@ -342,6 +376,7 @@ void bfp8_hopper_params_set_units(bfp8_hopper_params *hp, const bfp8_hopper_plan
     hp->p_last_rows = bfp8_hopper_plan_p_box_rows(pl, p_rows);
     hp->kblocks = kblocks;
     hp->p_tiles = pl->p_tiles;
+    hp->tile_rows = pl->tile_rows;
     hp->q_tiles = pl->q_tiles;
     hp->splits = pl->splits;
     hp->kb_per_split = pl->kb_per_split;
@@ -420,7 +455,7 @@ static bool check_stream_k_piece(const bfp8_hopper_plan *pl, const bfp8_hopper_p
     tile_of(pl->whole_units + (int)tile, pl->p_tiles, pl->q_tiles, &pt, &qt);
     const bool store = end < tile0 + kblocks, gather = first > tile0 && end == tile0 + kblocks;
     if (w.pt != pt || w.qt != qt || w.kb0 != first - tile0 || w.kb1 != end - tile0 || w.partial ||
-        w.sk_store != store || w.sk_gather != gather || w.sk_tile0 != tile0 || w.p0 != pt * kBP ||
+        w.sk_store != store || w.sk_gather != gather || w.sk_tile0 != tile0 || w.p0 != pt * pl->tile_rows ||
         w.p_cut != (hp->p_last_rows && pt == pl->p_tiles - 1)) {
         snprintf(why, why_size,
                  "stream-K unit %d (CTA %d piece %d): decoded P %d Q %d K blocks [%d, %d) store %d gather %d tile at "
@@ -477,9 +512,10 @@ static bool check_tile_unit(const bfp8_hopper_plan *pl, const bfp8_hopper_params
     /* The cut box only for a last tile that the matrix ends inside; never for a whole tile beside slices (their box
      * is the slices'). */
     const bool want_cut = hp->p_last_rows && pt == pl->p_tiles - 1 && !pl->slice_rows;
-    if (w.p0 != pt * kBP || w.p_end != p_rows || w.p_cut != want_cut) {
+    if (w.p0 != pt * pl->tile_rows || w.p_end != p_rows || w.p_cut != want_cut) {
         snprintf(why, why_size, "unit %d: tile rows [%d, %d) with the %s box, want [%d, %lld) with the %s box", unit,
-                 w.p0, w.p_end, w.p_cut ? "cut" : "full", pt * kBP, (long long)p_rows, want_cut ? "cut" : "full");
+                 w.p0, w.p_end, w.p_cut ? "cut" : "full", pt * pl->tile_rows, (long long)p_rows,
+                 want_cut ? "cut" : "full");
         return false;
     }
     if (pt < 0 || pt >= pl->p_tiles || qt < 0 || qt >= pl->q_tiles || kb0 >= kb1) {

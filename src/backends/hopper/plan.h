@@ -36,9 +36,11 @@ typedef struct bfp8_hopper_plan {
     int slice_rows;  /* the rows after the whole tiles in slices of this many (plan.c); 0: none */
     int sk_tiles;    /* the tiles after the whole tiles in stream-K runs (bfp8_hopper_params::sk_ctas); 0: none */
     int sk_pieces;   /* stream-K: the most pieces in one CTA's run (units = whole + grid x sk_pieces) */
-    /* A grouped plan (bfp8_hopper_params::grouped; BFP8_HOPPER_DENSE in the others): its groups, and the P rows of a
-     * tile (masked: 64 where one consumer warpgroup runs it, else 128). Masked plans count p_tiles per group. */
+    /* A grouped plan (bfp8_hopper_params::grouped; BFP8_HOPPER_DENSE in the others): its groups. The P rows of a
+     * tile (bfp8_hopper_params::tile_rows): 64 where one consumer warpgroup runs it, else 128. Masked plans count
+     * p_tiles per group. */
     int grouped, groups, tile_rows;
+    bool stages64; /* normal path, 64-row tiles: the kernel whose stages hold 64 P rows (plan.c says where) */
 } bfp8_hopper_plan;
 
 /* The plan for M x N x K on `sms` SMs where `fit` clusters fit (NULL: none), with `knobs` (NULL: the defaults). */
@@ -47,7 +49,7 @@ bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms,
 /* The plan of a grouped GEMM (bfp8_hopper_params::grouped: BFP8_HOPPER_CONTIGUOUS or BFP8_HOPPER_MASKED) of
  * `groups` weights of N x K, with `m` rows of A (masked: max_m, the rows of each group's buffer) and expected_m
  * rows per group expected (0: m / groups for contiguous, m for masked), on `sms` SMs. knobs->tile_* (BFP8_HOPPER_TILE
- * 64 or 128) force the weight tiles' width; the other knobs do not apply. */
+ * 64 or 128) force the weight tiles' width; the other knobs ("RxQ" tiles included) do not apply. */
 bfp8_hopper_plan bfp8_hopper_plan_grouped(int grouped, int64_t groups, int64_t m, int64_t n, int64_t k,
                                           int64_t expected_m, int sms, const bfp8_hopper_knobs *knobs);
 /* One line naming a plan: path, tile, K split, units, grid and clusters (BFP8_LOG=hopper, tests). */

@@ -86,8 +86,8 @@ typedef struct bfp8_hopper_params {
      * slower. The shared-memory rows past the smaller box keep stale bytes; they feed only accumulator rows
      * (columns, swapped) that lie outside the output (the slice) and are never stored. */
     int p_last_rows, q_last_rows;
-    /* Normal path with M <= 64: the one P tile's second 64 rows lie past M, so its warpgroup would only take
-     * tensor-core time from the first with MMAs on rows never stored. It exits at once, and the empty barriers count
+    /* Normal path with 64-row tiles (tile_rows; M <= 64, or few tiles): the second warpgroup's rows would lie past
+     * the tile, so it would only take tensor-core time from the first. It exits at once, and the empty barriers count
      * the first warpgroup's 4 warps only (4-15% faster at M = 64). */
     int one_consumer;
     /* One P tile (normal) or one Q tile (swapped): each weight byte is loaded once, the weight streams through
@@ -141,7 +141,9 @@ typedef struct bfp8_hopper_params {
     int grouped;
     int groups;
     int group_rows;    /* masked: max_m, the rows of each group's buffer */
-    int tile_rows;     /* masked: P rows a tile, 128, or 64 where one consumer runs (a tile is then one 64-row box) */
+    /* P rows a tile: 128, or 64 where one consumer warpgroup runs it (one_consumer; normal path and masked only).
+     * Masked 64-row tiles are all loaded with the p_last box. */
+    int tile_rows;
     int weight_blocks; /* 128-row weight-scale blocks of one group: its scales are [weight_blocks][kblocks] */
     bfp8_hopper_divisor q_tile_div, group_div; /* masked decode: by q_tiles and by groups */
     const int *m_indices; /* contiguous: [p_rows], -1 (or anything outside [0, groups)) = a padding row */
@@ -216,7 +218,7 @@ BFP8_HOPPER_HD bfp8_hopper_unit bfp8_hopper_decode_tile_unit(const bfp8_hopper_p
     const bool full = g < p->full_groups;
     w.qt = full ? (int)((unsigned)r / BFP8_HOPPER_GROUP_P) : bfp8_hopper_divide(r, &p->last_group_rows);
     w.pt = g * BFP8_HOPPER_GROUP_P + (r - w.qt * (full ? BFP8_HOPPER_GROUP_P : p->last_group_rows.d));
-    w.p0 = w.pt * BFP8_HOPPER_BP, w.p_end = p->p_rows;
+    w.p0 = w.pt * p->tile_rows, w.p_end = p->p_rows;
     w.p_cut = p->p_last_rows && w.pt == p->p_tiles - 1;
     return w;
 }
