@@ -27,7 +27,7 @@ static void parse_tile(const char *e, bfp8_hopper_knobs *k) {
         rows = v;
         num = end + 1;
         v = *num ? strtol(num, &end, 10) : 0;
-        if (!*num || (rows != 64 && rows != 128) || (v != 32 && v != 64 && v != 128)) return;
+        if (!*num || (rows != 64 && rows != 128) || (v != 16 && v != 32 && v != 64 && v != 128)) return;
     }
     const bool whole = !*num || (end != num && *end == '\0');
     const bool ok = whole && (swap ? (v == 0 || v == 8 || v == 16 || v == 32 || v == 64 || v == 128)

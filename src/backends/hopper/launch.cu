@@ -175,6 +175,7 @@ cudaError_t launch_planned(const bfp8_hopper_plan &pl, const TensorMaps &maps, c
     }
     if (!pl.swap && pl.stages64) {
         switch (pl.bq) {
+        case 16: return launch_kernel<16, false, false, false, false, 64>(maps, hp, pl.grid, stream);
         case 32: return launch_kernel<32, false, false, false, false, 64>(maps, hp, pl.grid, stream);
         case 64: return launch_kernel<64, false, false, false, false, 64>(maps, hp, pl.grid, stream);
         default: return launch_kernel<128, false, false, false, false, 64>(maps, hp, pl.grid, stream);
@@ -182,6 +183,7 @@ cudaError_t launch_planned(const bfp8_hopper_plan &pl, const TensorMaps &maps, c
     }
     if (!pl.swap) {
         switch (pl.bq) {
+        case 16: return launch_kernel<16, false>(maps, hp, pl.grid, stream);
         case 32: return launch_kernel<32, false>(maps, hp, pl.grid, stream);
         case 64: return launch_kernel<64, false>(maps, hp, pl.grid, stream);
         default: return launch_kernel<128, false>(maps, hp, pl.grid, stream);
