@@ -534,10 +534,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                      * M=4096 7168x16384 takes 949 us instead of 787. */
                     float sva[kNumScales], svb[kNumScales];
                     float sb_a = 0.0f, sb_b = 0.0f;
+                    /* The weight scale of the block each partial takes next, read two blocks ahead of it: one block
+                     * ahead, its load's latency stayed on the critical path of the short blocks of narrow tiles. */
+                    float sb_next_a = __ldg(sb_row + kb0), sb_next_b = __ldg(sb_row + (kb0 + 1 < kb1 ? kb0 + 1 : kb0));
                     int st_a = 0, st_b = 0;
                     /* Block kb into (acc, sv, sb, st): wait for its stage, read its scales, issue its MMAs. */
-                    auto begin = [&](int kb, float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
-                        sb = __ldg(sb_row + kb);
+                    auto begin = [&](int kb, float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, float &sb_next,
+                                     int &st) {
+                        sb = sb_next;
+                        sb_next = __ldg(sb_row + (kb + 2 < kb1 ? kb + 2 : kb));
                         st = stage;
                         mbar_wait(full0 + 8 * stage, phase);
                         load_scales(stage, sv);
@@ -550,18 +555,18 @@ __global__ void __launch_bounds__(kThreads, 1)
                         release(st);
                         promote(total, acc, sv, sb);
                     };
-                    begin(kb0, acc, sva, sb_a, st_a);
+                    begin(kb0, acc, sva, sb_a, sb_next_a, st_a);
                     int kb = kb0 + 1;
                     for (; kb + 1 < kb1; kb += 2) {
-                        begin(kb, acc2, svb, sb_b, st_b);
+                        begin(kb, acc2, svb, sb_b, sb_next_b, st_b);
                         wgmma_wait<1>();
                         finish(acc, sva, sb_a, st_a);
-                        begin(kb + 1, acc, sva, sb_a, st_a);
+                        begin(kb + 1, acc, sva, sb_a, sb_next_a, st_a);
                         wgmma_wait<1>();
                         finish(acc2, svb, sb_b, st_b);
                     }
                     if (kb < kb1) {
-                        begin(kb, acc2, svb, sb_b, st_b);
+                        begin(kb, acc2, svb, sb_b, sb_next_b, st_b);
                         wgmma_wait<1>();
                         finish(acc, sva, sb_a, st_a);
                         wgmma_wait<0>();
