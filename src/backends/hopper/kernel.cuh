@@ -394,28 +394,37 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int warp = t / 32, lane = t % 32;
         int stage = 0;
         uint32_t phase = 0;
-        float acc[BQ / 2];
+        /* A K block's partial: its four k32 wgmmas go into kAccs accumulators in turn, summed at the promotion.
+         * With narrow tiles a wgmma's own work is short and the four of one accumulator would wait for each other. */
+        constexpr int kAccs = !SWAP && BQ <= 32 ? 4 : !SWAP && BQ <= 64 ? 2 : 1;
+        using Partial = float[kAccs][BQ / 2];
+        Partial acc;
 #pragma unroll
-        for (int i = 0; i < BQ / 2; i++) acc[i] = 0.0f;
+        for (int a = 0; a < kAccs; a++)
+#pragma unroll
+            for (int i = 0; i < BQ / 2; i++) acc[a][i] = 0.0f;
 
         /* Four k32 wgmmas of one K block into a fresh partial, committed as one group. The descriptors are those of
          * stage 0's tiles plus st * kStageBytes / 16 + 2 * kk in the address field (which never carries: shared
          * memory is under 256 KB), one add each: rebuilding each from its address (mask, shift, or) and the
          * warpgroup index in per-thread registers costs M = 512..4096 5-12%. */
         const uint64_t p_desc0 = smem_desc(tiles_u32 + wg * 64 * kBK), q_desc0 = smem_desc(tiles_u32 + C::kPBytes);
-        auto issue = [&](float(&acc)[BQ / 2], int st) {
+        auto issue = [&](Partial &acc, int st) {
             const uint32_t stage_off = (uint32_t)st * (C::kStageBytes >> 4);
             const uint64_t p_desc = p_desc0 + stage_off, q_desc = q_desc0 + stage_off;
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < kBK / 32; kk++) bfp8_wgmma<BQ>::run(acc, p_desc + 2 * kk, q_desc + 2 * kk, kk);
+            for (int kk = 0; kk < kBK / 32; kk++)
+                bfp8_wgmma<BQ>::run(acc[kk % kAccs], p_desc + 2 * kk, q_desc + 2 * kk, kk / kAccs);
             wgmma_commit();
         };
         /* After a wgmma wait: the accumulator's registers count as written here, so the compiler cannot move a
          * read of them above the wait (the wgmma asm statements alone do not tie them to it). */
-        auto fence_acc = [&](float(&acc)[BQ / 2]) {
+        auto fence_acc = [&](Partial &acc) {
 #pragma unroll
-            for (int i = 0; i < BQ / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
+            for (int a = 0; a < kAccs; a++)
+#pragma unroll
+                for (int i = 0; i < BQ / 2; i++) asm volatile("" : "+f"(acc[a][i])::"memory");
         };
         /* This thread's activation scales of the block in stage st, read before its MMAs are issued so that the
          * stage can go back to the producer as soon as the MMAs are done. Normal path: accumulator rows
@@ -440,19 +449,24 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (lane == 0) mbar_arrive(empty0 + 8 * st);
         };
         /* total += partial * sa * sb. */
-        auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb) {
+        auto promote = [&](float(&total)[BQ / 2], const Partial &acc, const float(&sv)[kNumScales], float sb) {
             if (!SWAP) {
                 const float s0 = sv[0] * sb, s1 = sv[1] * sb;
 #pragma unroll
-                for (int i = 0; i < BQ / 2; i++) total[i] = fmaf(acc[i], (i & 2) ? s1 : s0, total[i]);
+                for (int i = 0; i < BQ / 2; i++) {
+                    float sum = acc[0][i];
+#pragma unroll
+                    for (int a = 1; a < kAccs; a++) sum += acc[a][i];
+                    total[i] = fmaf(sum, (i & 2) ? s1 : s0, total[i]);
+                }
             } else {
 #pragma unroll
                 for (int j = 0; j < BQ / 8; j++) {
                     const float s0 = sv[2 * j] * sb, s1 = sv[2 * j + 1] * sb;
-                    total[4 * j + 0] = fmaf(acc[4 * j + 0], s0, total[4 * j + 0]);
-                    total[4 * j + 1] = fmaf(acc[4 * j + 1], s1, total[4 * j + 1]);
-                    total[4 * j + 2] = fmaf(acc[4 * j + 2], s0, total[4 * j + 2]);
-                    total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
+                    total[4 * j + 0] = fmaf(acc[0][4 * j + 0], s0, total[4 * j + 0]);
+                    total[4 * j + 1] = fmaf(acc[0][4 * j + 1], s1, total[4 * j + 1]);
+                    total[4 * j + 2] = fmaf(acc[0][4 * j + 2], s0, total[4 * j + 2]);
+                    total[4 * j + 3] = fmaf(acc[0][4 * j + 3], s1, total[4 * j + 3]);
                 }
             }
         };
@@ -466,9 +480,11 @@ __global__ void __launch_bounds__(kThreads, 1)
          * (32768x512). */
         constexpr bool kTwoPartials = !SWAP || BQ <= 64;
         constexpr int kMinBlocksTwoPartials = 12;
-        float acc2[kTwoPartials ? BQ / 2 : 1]; /* the second partial of the pipelined loop */
+        float acc2[kTwoPartials ? kAccs : 1][kTwoPartials ? BQ / 2 : 1]; /* the second partial of the pipelined loop */
 #pragma unroll
-        for (int i = 0; i < (kTwoPartials ? BQ / 2 : 1); i++) acc2[i] = 0.0f;
+        for (int a = 0; a < (kTwoPartials ? kAccs : 1); a++)
+#pragma unroll
+            for (int i = 0; i < (kTwoPartials ? BQ / 2 : 1); i++) acc2[a][i] = 0.0f;
         /* One partial: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift
          * apart and overlap each other's promotion. */
         auto one_partial_loop = [&](float(&total)[BQ / 2], const float *sb_row, int kb0, int kb1) {
@@ -536,7 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     float sb_a = 0.0f, sb_b = 0.0f;
                     int st_a = 0, st_b = 0;
                     /* Block kb into (acc, sv, sb, st): wait for its stage, read its scales, issue its MMAs. */
-                    auto begin = [&](int kb, float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
+                    auto begin = [&](int kb, Partial &acc, float(&sv)[kNumScales], float &sb, int &st) {
                         sb = __ldg(sb_row + kb);
                         st = stage;
                         mbar_wait(full0 + 8 * stage, phase);
@@ -545,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         next_stage();
                     };
                     /* A block whose MMAs are complete: give its stage back, promote it. */
-                    auto finish = [&](float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb, int st) {
+                    auto finish = [&](Partial &acc, const float(&sv)[kNumScales], float sb, int st) {
                         fence_acc(acc);
                         release(st);
                         promote(total, acc, sv, sb);
