@@ -18,11 +18,11 @@
  * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
  * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path, and on swapped units of 12 or
  * more K blocks, two partials alternate, so block b+1's MMAs run while block b is promoted. On the normal path with
- * 64-row tiles the second consumer exits at once. setmaxnreg moves registers from the
- * producer to the consumers. After changing a consumer loop, check `-Xptxas -v` (make test does): when ptxas cannot
- * prove an accumulator idle it serializes the wgmmas and says so (C7514, C7518); the kernel stays correct, only
- * slower. Check the loop's SASS too: a branch on the warpgroup index inside it moved its stage index out of the
- * uniform registers and cost 9% without any ptxas message.
+ * 64-row tiles the second consumer exits at once. setmaxnreg moves registers from the producer to the consumers.
+ * After changing a consumer loop, check `-Xptxas -v` (make test does): when ptxas cannot prove an accumulator idle
+ * it serializes the wgmmas and says so (C7514, C7518); the kernel stays correct, only slower. Check the loop's SASS
+ * too: a branch on the warpgroup index inside it moved its stage index out of the uniform registers and cost 9%
+ * without any ptxas message.
  *
  * The grid is persistent: CTAs walk work units (schedule.h) with a stride of gridDim.x, so the producer streams the
  * next unit's data while the consumers finish the current one. The planner (plan.c) picks among: whole tiles; K

@@ -170,7 +170,8 @@ static bfp8_hopper_plan plan_tiling(bool swap, int tile_rows, int bq, int64_t m,
      * where a K split does not pay either, it is not measured), with two consumer warpgroups (M > 64: at M <= 64 the
      * weight stream runs at the chip's rate already), and not in place of a K split (the last-wave split above keeps
      * its reduce). BFP8_HOPPER_FORCE=stream-k lifts those three conditions. */
-    if (!pl.swap && pl.bq >= 64 && !knobs->splits && knobs->force != BFP8_HOPPER_FORCE_LAST_WAVE_SPLIT && !pl.csplit &&
+    const bool stream_k_kernel = !pl.swap && pl.bq >= 64; /* (the STREAMK kernels: 64- and 128-wide tiles) */
+    if (stream_k_kernel && !knobs->splits && knobs->force != BFP8_HOPPER_FORCE_LAST_WAVE_SPLIT && !pl.csplit &&
         (pl.splits == 1 || pl.whole_units) && tiles % sms != 0) {
         const int64_t full_waves = tiles / sms;
         const int64_t whole = full_waves >= 1 ? (full_waves - 1) * sms : 0, sk_tiles = tiles - whole;
@@ -344,11 +345,11 @@ void bfp8_hopper_plan_describe(const bfp8_hopper_plan *pl, char *out, size_t siz
         snprintf(path, sizeof path, "grouped %s G=%d, %d-row tiles,",
                  pl->grouped == BFP8_HOPPER_MASKED ? "masked" : "contiguous", pl->groups, pl->tile_rows);
     else
-        snprintf(path, sizeof path, "%s", pl->swap ? "swapped" : pl->tile_rows < kBP ? "normal 64-row tiles," : "normal");
+        snprintf(path, sizeof path, "%s",
+                 pl->swap ? "swapped" : pl->tile_rows < kBP ? "normal 64-row tiles," : "normal");
     snprintf(out, size, "%s BQ=%d splits=%d (K blocks per split %d) units=%d (whole %d%s) grid=%d%s", path, pl->bq,
-             pl->splits, pl->kb_per_split, pl->units,
-             pl->whole_units, extra,
-             pl->grid, pl->csplit ? " summed in clusters" : "");
+             pl->splits, pl->kb_per_split, pl->units, pl->whole_units, extra, pl->grid,
+             pl->csplit ? " summed in clusters" : "");
 }
 
 int bfp8_hopper_last_box_rows(int64_t rows, int tile) {
