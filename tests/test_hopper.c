@@ -781,7 +781,8 @@ static void test_linear(bool small_only) {
 
 /* Ragged M x every DSR1 shape, sampled reference; and split-K determinism on a decode shape. */
 static void test_dsr1(const bfp8_backend *b) {
-    /* 1, 3, 8: swapped; 9, 17, 40, 64: the normal path, one consumer warpgroup. */
+    /* 1, 3, 8: swapped; 9, 17, 40, 64: the normal path, one consumer warpgroup; whole-K 64-row tiles in the kernel
+     * with 64-row stages at 100 and 129 on 2112x7168, at 9..100 on 4096x7168. */
     static const int64_t ms[] = {1, 3, 8, 9, 17, 40, 64, 100, 129, 4095};
     for (int s = 0; s < 8; s++) {
         const int64_t n = dsr1_shapes[s][0], k = dsr1_shapes[s][1];
