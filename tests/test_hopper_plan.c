@@ -456,7 +456,7 @@ static void test_unit_grids(void) {
                                        "BFP8_HOPPER_TILE=swap",
                                        "BFP8_HOPPER_TILE=swap16",
                                        "BFP8_HOPPER_SPLITS=3"};
-    int checked = 0, sliced = 0, stream_k = 0, in_clusters = 0, split = 0;
+    int checked = 0, sliced = 0, stream_k = 0, in_clusters = 0, split = 0, staged64 = 0;
     for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++) {
         const bfp8_hopper_knobs knobs = knobs_of(envs[e]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -472,14 +472,20 @@ static void test_unit_grids(void) {
                           (long long)shapes[s][0], (long long)shapes[s][1], sms[c], envs[e], why);
                     CHECK(p.grid >= 1 && p.grid <= sms[c] && p.grid <= p.units, "grid %d of %d units on %d SMs",
                           p.grid, p.units, sms[c]);
+                    /* The 64-row-stage kernels exist for the plain normal path's 64-row tiles, 32 or 64 wide. */
+                    CHECK(!p.stages64 || (!p.swap && p.tile_rows == 64 && p.bq <= 64 && !p.csplit && !p.sk_tiles),
+                          "64-row stages for M=%lld N=%lld K=%lld under '%s': swap %d, %d-row tiles, BQ=%d, "
+                          "csplit %d, stream-K %d", (long long)ms[i], (long long)shapes[s][0],
+                          (long long)shapes[s][1], envs[e], (int)p.swap, p.tile_rows, p.bq, p.csplit, p.sk_tiles);
                     checked++;
                     sliced += p.slice_rows != 0, stream_k += p.sk_tiles != 0, in_clusters += p.csplit != 0;
-                    split += p.splits > 1 && !p.csplit;
+                    split += p.splits > 1 && !p.csplit, staged64 += p.stages64;
                 }
     }
     /* The grid reaches every kind of plan. */
-    CHECK(sliced && stream_k && in_clusters && split, "plans with slices %d, stream-K %d, clusters %d, reduce %d",
-          sliced, stream_k, in_clusters, split);
+    CHECK(sliced && stream_k && in_clusters && split && staged64,
+          "plans with slices %d, stream-K %d, clusters %d, reduce %d, 64-row stages %d", sliced, stream_k, in_clusters,
+          split, staged64);
     printf("unit grids: %d plans checked (%d with row slices, %d stream-K, %d summed in clusters, %d reduced)\n",
            checked, sliced, stream_k, in_clusters, split);
 }

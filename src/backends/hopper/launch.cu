@@ -173,12 +173,10 @@ cudaError_t launch_planned(const bfp8_hopper_plan &pl, const TensorMaps &maps, c
         return pl.bq == 64 ? launch_kernel<64, false, false, true>(maps, hp, pl.grid, stream)
                            : launch_kernel<128, false, false, true>(maps, hp, pl.grid, stream);
     }
-    if (!pl.swap && pl.stages64) {
-        switch (pl.bq) {
-        case 32: return launch_kernel<32, false, false, false, false, 64>(maps, hp, pl.grid, stream);
-        case 64: return launch_kernel<64, false, false, false, false, 64>(maps, hp, pl.grid, stream);
-        default: return launch_kernel<128, false, false, false, false, 64>(maps, hp, pl.grid, stream);
-        }
+    if (pl.stages64) {
+        if (pl.swap || pl.tile_rows != 64 || pl.bq > 64) return cudaErrorInvalidConfiguration;
+        return pl.bq == 32 ? launch_kernel<32, false, false, false, false, 64>(maps, hp, pl.grid, stream)
+                           : launch_kernel<64, false, false, false, false, 64>(maps, hp, pl.grid, stream);
     }
     if (!pl.swap) {
         switch (pl.bq) {

@@ -225,9 +225,10 @@ static bfp8_hopper_plan plan_tiling(bool swap, int tile_rows, int bq, int64_t m,
     }
     pl.units = (int)units;
     pl.grid = (int)(units < sms ? units : sms);
-    /* Stages of 64 P rows (more of them fit) for 64-row tiles, with K long enough: on the H100 (design log 80)
-     * 1-6% faster at K = 7168 (4096x7168 M = 16..128), within 1% at 16384, 2-8% slower at K = 512..2048. */
-    pl.stages64 = !pl.swap && pl.tile_rows < kBP && !pl.csplit && !pl.sk_tiles && kblocks >= 32;
+    /* Stages of 64 P rows (more of them fit) for 64-row tiles up to 64 wide, with K long enough: on the H100 (design
+     * log 80) 1-6% faster at K = 7168 (4096x7168 M = 16..128), within 1% at 16384, 2-8% slower at K = 512..2048; with
+     * 128-wide tiles (8 stages instead of 5) M=64 36864x7168 ran 3-4% slower against DeepGEMM in the same runs. */
+    pl.stages64 = !pl.swap && pl.tile_rows < kBP && pl.bq <= 64 && !pl.csplit && !pl.sk_tiles && kblocks >= 32;
     return pl;
 }
 

@@ -40,7 +40,7 @@ typedef struct bfp8_hopper_plan {
      * tile (bfp8_hopper_params::tile_rows): 64 where one consumer warpgroup runs it, else 128. Masked plans count
      * p_tiles per group. */
     int grouped, groups, tile_rows;
-    bool stages64; /* normal path, 64-row tiles: the kernel whose stages hold 64 P rows (plan.c says where) */
+    bool stages64; /* normal path, 64-row tiles 32 or 64 wide: the kernel whose stages hold 64 P rows (plan.c) */
 } bfp8_hopper_plan;
 
 /* The plan for M x N x K on `sms` SMs where `fit` clusters fit (NULL: none), with `knobs` (NULL: the defaults). */
