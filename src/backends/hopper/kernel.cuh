@@ -402,13 +402,22 @@ __global__ void __launch_bounds__(kThreads, 1)
          * stage 0's tiles plus st * kStageBytes / 16 + 2 * kk in the address field (which never carries: shared
          * memory is under 256 KB), one add each: rebuilding each from its address (mask, shift, or) and the
          * warpgroup index in per-thread registers costs M = 512..4096 5-12%. */
+        /* The adds touch only the low words: the high words (stride, swizzle) are the same for both operands and
+         * every stage, and a 64-bit add costs two instructions and a carry. */
         const uint64_t p_desc0 = smem_desc(tiles_u32 + wg * 64 * kBK), q_desc0 = smem_desc(tiles_u32 + C::kPBytes);
+        const uint32_t p_lo0 = (uint32_t)p_desc0, q_lo0 = (uint32_t)q_desc0, desc_hi = (uint32_t)(p_desc0 >> 32);
+        auto desc_of = [&](uint32_t lo) {
+            uint64_t d;
+            asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(desc_hi));
+            return d;
+        };
         auto issue = [&](float(&acc)[BQ / 2], int st) {
             const uint32_t stage_off = (uint32_t)st * (C::kStageBytes >> 4);
-            const uint64_t p_desc = p_desc0 + stage_off, q_desc = q_desc0 + stage_off;
+            const uint32_t p_lo = p_lo0 + stage_off, q_lo = q_lo0 + stage_off;
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < kBK / 32; kk++) bfp8_wgmma<BQ>::run(acc, p_desc + 2 * kk, q_desc + 2 * kk, kk);
+            for (int kk = 0; kk < kBK / 32; kk++)
+                bfp8_wgmma<BQ>::run(acc, desc_of(p_lo + 2 * kk), desc_of(q_lo + 2 * kk), kk);
             wgmma_commit();
         };
         /* After a wgmma wait: the accumulator's registers count as written here, so the compiler cannot move a
