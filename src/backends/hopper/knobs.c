@@ -31,7 +31,7 @@ static void parse_tile(const char *e, bfp8_hopper_knobs *k) {
     }
     const bool whole = !*num || (end != num && *end == '\0');
     const bool ok = whole && (swap ? (v == 0 || v == 8 || v == 16 || v == 32 || v == 64 || v == 128)
-                                   : rows ? true : (v == 64 || v == 128));
+                                   : rows || v == 64 || v == 128);
     if (!ok) return;
     k->tile_forced = true;
     k->tile_swap = swap;

@@ -9,6 +9,7 @@
 #include "internal.h"
 
 enum { kBK = BFP8_HOPPER_BK, kBP = BFP8_HOPPER_BP, kGroupP = BFP8_HOPPER_GROUP_P };
+enum { kShortRows = kBP / 2 }; /* a 64-row tile: one consumer warpgroup's rows */
 
 /* ---- the split model ----------------------------------------------------------------------------------------
  * Split K when there are too few tiles to fill the SMs, choosing the split count that minimizes a time model: waves
@@ -93,7 +94,7 @@ static bfp8_hopper_plan plan_tiling(bool swap, int tile_rows, int bq, int64_t m,
     bfp8_hopper_plan pl = {0};
     pl.swap = swap;
     pl.bq = bq;
-    pl.tile_rows = swap ? kBP : tile_rows;
+    pl.tile_rows = tile_rows; /* (kBP swapped: P is the weight) */
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
     pl.p_tiles = (int)bfp8_ceil_div(p_rows, pl.tile_rows);
     pl.q_tiles = (int)bfp8_ceil_div(q_rows, pl.bq);
@@ -254,7 +255,7 @@ bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms,
     if (!fit) fit = &no_fit;
     if (!knobs) knobs = &defaults;
     /* One 64-row tile where it covers M: the second consumer warpgroup would have no rows. */
-    const int rows = knobs->tile_rows ? knobs->tile_rows : m <= 64 ? 64 : kBP;
+    const int rows = knobs->tile_rows ? knobs->tile_rows : m <= kShortRows ? kShortRows : kBP;
     if (knobs->tile_forced && !knobs->tile_swap)
         return plan_tiling(false, rows, knobs->tile_bq, m, n, k, sms, fit, knobs);
     if (m <= 8 || (knobs->tile_forced && m <= 128)) {
@@ -277,15 +278,16 @@ bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms,
         int short_bq = 0;
         int64_t short_tiles = 0;
         for (int bq = 128; bq >= 32; bq /= 2) {
-            const int64_t t = bfp8_ceil_div(m, 64) * bfp8_ceil_div(n, bq);
+            const int64_t t = bfp8_ceil_div(m, kShortRows) * bfp8_ceil_div(n, bq);
             if (t <= sms && t > short_tiles) short_tiles = t, short_bq = bq;
         }
-        const int64_t short_bytes = (64 + short_bq) * bfp8_ceil_div(k, kBK);
+        const int64_t short_bytes = (kShortRows + short_bq) * bfp8_ceil_div(k, kBK);
         const int64_t split_bytes = (int64_t)(nrm.tile_rows + nrm.bq) * nrm.kb_per_split;
         if (4 * short_tiles >= 3 * (int64_t)sms && 2 * short_bytes <= 3 * split_bytes) {
+            /* (One split: the whole K, and none of the last wave's remedies, which one wave does not need.) */
             bfp8_hopper_knobs whole = *knobs;
             whole.splits = 1;
-            return plan_tiling(false, 64, short_bq, m, n, k, sms, fit, &whole);
+            return plan_tiling(false, kShortRows, short_bq, m, n, k, sms, fit, &whole);
         }
     }
     /* M = 9..16 where the normal path splits its last wave's K (36864x7168): the swapped path with row slices there,
