@@ -421,11 +421,14 @@ __global__ void __launch_bounds__(kThreads, 1)
          * stage can go back to the producer as soon as the MMAs are done. Normal path: accumulator rows
          * 16*warp + lane/4 (+8) carry the scales; swapped: columns 8*j + 2*(lane%4) (+1) (tokens). */
         constexpr int kNumScales = SWAP ? BQ / 4 : 2;
+        const uint32_t scale_row_u32 = smem_u32(scales) + 4u * (wg * 64 + warp * 16 + lane / 4);
         auto load_scales = [&](int st, float(&sv)[kNumScales]) {
             const float *sa = scales + st * (C::kScaleSlot / 4);
             if (!SWAP) {
-                const int r = wg * 64 + warp * 16 + lane / 4;
-                sv[0] = sa[r], sv[1] = sa[r + 8];
+                /* A per-thread row offset plus the stage's uniform offset: one register add fewer a block than
+                 * indexing from the stage's pointer. */
+                const uint32_t at = scale_row_u32 + (uint32_t)st * C::kScaleSlot;
+                sv[0] = ld_shared_f32(at), sv[1] = ld_shared_f32(at + 32);
             } else {
 #pragma unroll
                 for (int j = 0; j < BQ / 8; j++) {
@@ -535,9 +538,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                     float sva[kNumScales], svb[kNumScales];
                     float sb_a = 0.0f, sb_b = 0.0f;
                     int st_a = 0, st_b = 0;
-                    /* Block kb into (acc, sv, sb, st): wait for its stage, read its scales, issue its MMAs. */
-                    auto begin = [&](int kb, float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
-                        sb = __ldg(sb_row + kb);
+                    /* The weight scales are read through a pointer that walks the K blocks: indexed by kb, each
+                     * read cost a sign extension and a 64-bit address computation. */
+                    const float *sb_at = sb_row + kb0;
+                    /* The next block into (acc, sv, sb, st): wait for its stage, read its scales, issue its MMAs. */
+                    auto begin = [&](float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
+                        sb = __ldg(sb_at++);
                         st = stage;
                         mbar_wait(full0 + 8 * stage, phase);
                         load_scales(stage, sv);
@@ -550,18 +556,18 @@ __global__ void __launch_bounds__(kThreads, 1)
                         release(st);
                         promote(total, acc, sv, sb);
                     };
-                    begin(kb0, acc, sva, sb_a, st_a);
+                    begin(acc, sva, sb_a, st_a);
                     int kb = kb0 + 1;
                     for (; kb + 1 < kb1; kb += 2) {
-                        begin(kb, acc2, svb, sb_b, st_b);
+                        begin(acc2, svb, sb_b, st_b);
                         wgmma_wait<1>();
                         finish(acc, sva, sb_a, st_a);
-                        begin(kb + 1, acc, sva, sb_a, st_a);
+                        begin(acc, sva, sb_a, st_a);
                         wgmma_wait<1>();
                         finish(acc2, svb, sb_b, st_b);
                     }
                     if (kb < kb1) {
-                        begin(kb, acc2, svb, sb_b, st_b);
+                        begin(acc2, svb, sb_b, st_b);
                         wgmma_wait<1>();
                         finish(acc, sva, sb_a, st_a);
                         wgmma_wait<0>();
