@@ -7,6 +7,8 @@
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+/* A load from a shared-memory address (smem_u32's form), so that a uniform part and a per-thread part of the address
+ * can be added in 32 bits. */
 __device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
     float v;
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");

@@ -421,15 +421,15 @@ __global__ void __launch_bounds__(kThreads, 1)
          * stage can go back to the producer as soon as the MMAs are done. Normal path: accumulator rows
          * 16*warp + lane/4 (+8) carry the scales; swapped: columns 8*j + 2*(lane%4) (+1) (tokens). */
         constexpr int kNumScales = SWAP ? BQ / 4 : 2;
+        /* Normal path: the shared address of this thread's first row in stage 0's scales; a stage's address is
+         * it plus the stage's (uniform) offset, one add fewer a block than indexing from the stage's pointer. */
         const uint32_t scale_row_u32 = smem_u32(scales) + 4u * (wg * 64 + warp * 16 + lane / 4);
         auto load_scales = [&](int st, float(&sv)[kNumScales]) {
-            const float *sa = scales + st * (C::kScaleSlot / 4);
             if (!SWAP) {
-                /* A per-thread row offset plus the stage's uniform offset: one register add fewer a block than
-                 * indexing from the stage's pointer. */
                 const uint32_t at = scale_row_u32 + (uint32_t)st * C::kScaleSlot;
-                sv[0] = ld_shared_f32(at), sv[1] = ld_shared_f32(at + 32);
+                sv[0] = ld_shared_f32(at), sv[1] = ld_shared_f32(at + 8 * 4); /* rows r and r + 8 */
             } else {
+                const float *sa = scales + st * (C::kScaleSlot / 4);
 #pragma unroll
                 for (int j = 0; j < BQ / 8; j++) {
                     const float2 v = *(const float2 *)(sa + 8 * j + 2 * (lane % 4));
