@@ -66,6 +66,11 @@
 #include "backends/hopper/schedule.h"
 #include "backends/hopper/wgmma.cuh"
 
+/* Diagnostic builds (times only, wrong results): 1 = weight scales taken as 1.0 (no load), 2 = no promotion, 3 = no
+ * activation-scale TMA. Build with -DBFP8_DIAG=N. */
+#ifndef BFP8_DIAG
+#define BFP8_DIAG 0
+#endif
 namespace {
 
 /* GROUPED kernels: the producer warp reads a unit's rows (masked_m, or the tile's m_indices) and hands the consumers
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* Bytes that complete one of the unit's stages (boxes count whole, zero-filled rows included). */
     auto stage_bytes = [&](const Unit &unit) {
         const int p_rows = unit.p_cut ? p.p_last_rows : p.tile_rows, q_rows = q_last(unit) ? p.q_last_rows : BQ;
-        return (uint32_t)((p_rows + q_rows) * kBK + kScaleRows * 4);
+        return (uint32_t)((p_rows + q_rows) * kBK + (BFP8_DIAG == 3 ? 0 : kScaleRows * 4));
     };
     /* Stage st's box of the weight (P when swapped, Q otherwise) or of the activations; the activations' scales
      * come with the latter. */
@@ -237,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int row = SWAP ? unit.qt * BQ : unit.p0, block = kb;
         if (GROUPED && p.grouped == BFP8_HOPPER_MASKED)
             row -= unit.group * p.group_rows, block += unit.group * p.kblocks;
-        tma_load_2d(smem_u32(scales + st * (C::kScaleSlot / 4)), &maps.sa, row, block, full0 + 8 * st);
+        if (BFP8_DIAG != 3) tma_load_2d(smem_u32(scales + st * (C::kScaleSlot / 4)), &maps.sa, row, block, full0 + 8 * st);
     };
     unsigned long long *trace = kTraceBuild && p.trace ? p.trace + (size_t)blockIdx.x * kTraceSlots : nullptr;
     if (trace && threadIdx.x == 0) trace[kTraceStart] = global_ns();
@@ -444,6 +449,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         };
         /* total += partial * sa * sb. */
         auto promote = [&](float(&total)[BQ / 2], const float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb) {
+            if (BFP8_DIAG == 2 && !SWAP) return;
             if (!SWAP) {
                 const float s0 = sv[0] * sb, s1 = sv[1] * sb;
 #pragma unroll
@@ -543,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const float *sb_at = sb_row + kb0;
                     /* The next block into (acc, sv, sb, st): wait for its stage, read its scales, issue its MMAs. */
                     auto begin = [&](float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
-                        sb = __ldg(sb_at++);
+                        if (BFP8_DIAG == 1) sb = 1.0f; else sb = __ldg(sb_at++);
                         st = stage;
                         mbar_wait(full0 + 8 * stage, phase);
                         load_scales(stage, sv);
