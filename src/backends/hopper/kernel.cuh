@@ -17,7 +17,8 @@
  * scales, run four m64nBQk32 wgmmas into a fresh fp32 partial, wait for them, release the stage on its "empty"
  * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
  * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path, and on swapped units of 12 or
- * more K blocks, two partials alternate, so block b+1's MMAs run while block b is promoted. On the normal path with
+ * more K blocks, two partials alternate, so block b+1's MMAs run while block b is promoted; on the normal path up
+ * to 64-wide tiles three rotate, and blocks b+1 and b+2 run. On the normal path with
  * 64-row tiles the second consumer exits at once. setmaxnreg moves registers from the producer to the consumers.
  * After changing a consumer loop, check `-Xptxas -v` (make test does): when ptxas cannot prove an accumulator idle
  * it serializes the wgmmas and says so (C7514, C7518); the kernel stays correct, only slower. Check the loop's SASS
@@ -472,6 +473,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         float acc2[kTwoPartials ? BQ / 2 : 1]; /* the second partial of the pipelined loop */
 #pragma unroll
         for (int i = 0; i < (kTwoPartials ? BQ / 2 : 1); i++) acc2[i] = 0.0f;
+        /* A third on the normal path up to 64-wide tiles (3 x 32 + 32 registers): a block's MMAs are issued two
+         * blocks before its promotion, so that the promotion leaves the MMAs' critical path (design log 84). */
+        constexpr bool kThreePartials = !SWAP && BQ <= 64;
+        float acc3[kThreePartials ? BQ / 2 : 1];
+#pragma unroll
+        for (int i = 0; i < (kThreePartials ? BQ / 2 : 1); i++) acc3[i] = 0.0f;
         /* One partial: MMAs of a block, wait, give the stage back, promote. The two consumer warpgroups drift
          * apart and overlap each other's promotion. */
         auto one_partial_loop = [&](float(&total)[BQ / 2], const float *sb_row, int kb0, int kb1) {
@@ -556,25 +563,77 @@ __global__ void __launch_bounds__(kThreads, 1)
                         release(st);
                         promote(total, acc, sv, sb);
                     };
-                    begin(acc, sva, sb_a, st_a);
-                    int kb = kb0 + 1;
-                    for (; kb + 1 < kb1; kb += 2) {
-                        begin(acc2, svb, sb_b, st_b);
-                        wgmma_wait<1>();
-                        finish(acc, sva, sb_a, st_a);
+                    if constexpr (kThreePartials) {
+                        /* The three partials in rotation: acc, acc2, acc3 hold blocks b, b+1, b+2. */
+                        float svc[kNumScales];
+                        float sb_c = 0.0f;
+                        int st_c = 0;
                         begin(acc, sva, sb_a, st_a);
-                        wgmma_wait<1>();
-                        finish(acc2, svb, sb_b, st_b);
-                    }
-                    if (kb < kb1) {
-                        begin(acc2, svb, sb_b, st_b);
-                        wgmma_wait<1>();
-                        finish(acc, sva, sb_a, st_a);
-                        wgmma_wait<0>();
-                        finish(acc2, svb, sb_b, st_b);
+                        if (kb1 - kb0 == 1) {
+                            wgmma_wait<0>();
+                            finish(acc, sva, sb_a, st_a);
+                        } else {
+                            begin(acc2, svb, sb_b, st_b);
+                            int left = kb1 - kb0 - 2; /* blocks not yet begun */
+                            for (; left >= 3; left -= 3) {
+                                begin(acc3, svc, sb_c, st_c);
+                                wgmma_wait<2>();
+                                finish(acc, sva, sb_a, st_a);
+                                begin(acc, sva, sb_a, st_a);
+                                wgmma_wait<2>();
+                                finish(acc2, svb, sb_b, st_b);
+                                begin(acc2, svb, sb_b, st_b);
+                                wgmma_wait<2>();
+                                finish(acc3, svc, sb_c, st_c);
+                            }
+                            /* In flight: acc (the oldest), acc2; 0, 1 or 2 blocks left. */
+                            if (left == 0) {
+                                wgmma_wait<1>();
+                                finish(acc, sva, sb_a, st_a);
+                                wgmma_wait<0>();
+                                finish(acc2, svb, sb_b, st_b);
+                            } else if (left == 1) {
+                                begin(acc3, svc, sb_c, st_c);
+                                wgmma_wait<2>();
+                                finish(acc, sva, sb_a, st_a);
+                                wgmma_wait<1>();
+                                finish(acc2, svb, sb_b, st_b);
+                                wgmma_wait<0>();
+                                finish(acc3, svc, sb_c, st_c);
+                            } else {
+                                begin(acc3, svc, sb_c, st_c);
+                                wgmma_wait<2>();
+                                finish(acc, sva, sb_a, st_a);
+                                begin(acc, sva, sb_a, st_a);
+                                wgmma_wait<2>();
+                                finish(acc2, svb, sb_b, st_b);
+                                wgmma_wait<1>();
+                                finish(acc3, svc, sb_c, st_c);
+                                wgmma_wait<0>();
+                                finish(acc, sva, sb_a, st_a);
+                            }
+                        }
                     } else {
-                        wgmma_wait<0>();
-                        finish(acc, sva, sb_a, st_a);
+                        begin(acc, sva, sb_a, st_a);
+                        int kb = kb0 + 1;
+                        for (; kb + 1 < kb1; kb += 2) {
+                            begin(acc2, svb, sb_b, st_b);
+                            wgmma_wait<1>();
+                            finish(acc, sva, sb_a, st_a);
+                            begin(acc, sva, sb_a, st_a);
+                            wgmma_wait<1>();
+                            finish(acc2, svb, sb_b, st_b);
+                        }
+                        if (kb < kb1) {
+                            begin(acc2, svb, sb_b, st_b);
+                            wgmma_wait<1>();
+                            finish(acc, sva, sb_a, st_a);
+                            wgmma_wait<0>();
+                            finish(acc2, svb, sb_b, st_b);
+                        } else {
+                            wgmma_wait<0>();
+                            finish(acc, sva, sb_a, st_a);
+                        }
                     }
                 }
 
