@@ -441,6 +441,12 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 3, 1, 256, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     small_case(b, 129, 129, 512, BFP8_SCALE_UE8M0, BFP8_DTYPE_F32, false, BFP8_DTYPE_F32);
     for (int64_t m = 8; m <= 128; m *= 2) small_case(b, m, 256, 384, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+    /* Every tail of the normal path's partials in rotation (1..7 K blocks a unit, the last one partial), with one
+     * and with two consumer warpgroups. */
+    for (int64_t kb = 1; kb <= 7; kb++) {
+        small_case(b, 48, 192, 128 * kb - 64, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+        small_case(b, 100, 192, 128 * kb, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    }
     /* Both sides of the switch from the swapped to the normal path (M = 8 | 9), and of the normal path's one
      * consumer warpgroup (M <= 64 | 65). */
     small_case(b, 8, 200, 384, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
