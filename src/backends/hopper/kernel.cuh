@@ -538,8 +538,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     float sva[kNumScales], svb[kNumScales];
                     float sb_a = 0.0f, sb_b = 0.0f;
                     int st_a = 0, st_b = 0;
-                    /* The weight scales are read through a pointer that walks the K blocks: indexed by kb, each
-                     * read cost a sign extension and a 64-bit address computation. */
+                    /* The weight scales through a pointer that walks the K blocks: indexing by kb costs a sign
+                     * extension and a 64-bit address computation a block. */
                     const float *sb_at = sb_row + kb0;
                     /* The next block into (acc, sv, sb, st): wait for its stage, read its scales, issue its MMAs. */
                     auto begin = [&](float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
