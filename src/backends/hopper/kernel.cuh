@@ -542,32 +542,31 @@ __global__ void __launch_bounds__(kThreads, 1)
                      * extension and a 64-bit address computation a block. */
                     const float *sb_at = sb_row + kb0;
                     /* The next block into (acc, sv, sb, st): wait for its stage, read its scales, issue its MMAs. */
-                    auto begin = [&](float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
-                        sb = __ldg(sb_at++);
-                        st = stage;
-                        mbar_wait(full0 + 8 * stage, phase);
-                        load_scales(stage, sv);
-                        issue(acc, stage);
-                        next_stage();
-                    };
+/* SASS STUDY ONLY, wrong results: the two-partial loop with its stages fixed at 0 and 1 (compile-time offsets), to
+ * count what the stage-dependent descriptor and address work costs (docs/hopper.md design log 85). */
+#define BFP8_BEGIN_AT(S) [&](float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) { \
+                        sb = __ldg(sb_at++); st = S; mbar_wait(full0 + 8 * S, phase); load_scales(S, sv); issue(acc, S); \
+                        if (S == 1) phase ^= 1; }
+                    auto begin0 = BFP8_BEGIN_AT(0);
+                    auto begin1 = BFP8_BEGIN_AT(1);
                     /* A block whose MMAs are complete: give its stage back, promote it. */
                     auto finish = [&](float(&acc)[BQ / 2], const float(&sv)[kNumScales], float sb, int st) {
                         fence_acc(acc);
                         release(st);
                         promote(total, acc, sv, sb);
                     };
-                    begin(acc, sva, sb_a, st_a);
+                    begin0(acc, sva, sb_a, st_a);
                     int kb = kb0 + 1;
                     for (; kb + 1 < kb1; kb += 2) {
-                        begin(acc2, svb, sb_b, st_b);
+                        begin1(acc2, svb, sb_b, st_b);
                         wgmma_wait<1>();
                         finish(acc, sva, sb_a, st_a);
-                        begin(acc, sva, sb_a, st_a);
+                        begin0(acc, sva, sb_a, st_a);
                         wgmma_wait<1>();
                         finish(acc2, svb, sb_b, st_b);
                     }
                     if (kb < kb1) {
-                        begin(acc2, svb, sb_b, st_b);
+                        begin1(acc2, svb, sb_b, st_b);
                         wgmma_wait<1>();
                         finish(acc, sva, sb_a, st_a);
                         wgmma_wait<0>();
