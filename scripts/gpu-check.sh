@@ -57,7 +57,7 @@ step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/
 # all; on a machine lent in 10-minute calls run GPU_CHECK_ONLY=variants in a call of its own, or split the list with
 # GPU_CHECK_VARIANTS="...".
 hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=64x32
-    BFP8_HOPPER_TILE=64x128 BFP8_HOPPER_TILE=swap
+    BFP8_HOPPER_TILE=64x64 BFP8_HOPPER_TILE=64x128 BFP8_HOPPER_TILE=swap
     BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_FORCE=last-wave-split BFP8_HOPPER_FORCE=slices BFP8_HOPPER_FORCE=stream-k
     BFP8_HOPPER_SPLITS=3"}
 variants() {

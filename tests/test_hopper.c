@@ -462,6 +462,11 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 384, 640, 2064, BFP8_SCALE_UE8M0, BFP8_DTYPE_F16, true, BFP8_DTYPE_BF16);
     small_case(b, 4095, 2048, 512, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 1000, 1024, 768, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
+    /* The consumer's loop over whole rings of stages (kernel.cuh): several units a CTA with 23 and 41 K blocks, prime
+     * to every stage count, so that units start at stages of both parities and run pairs up to the ring, whole rings
+     * and the pairs after them (under gpu-check's BFP8_HOPPER_TILE variants with every stage count). */
+    small_case(b, 640, 1152, 2944, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
+    small_case(b, 257, 1664, 5248, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     /* Fewer 128-row tiles than 3/4 of the SMs: 64-row tiles, one consumer warpgroup each, whole K (132 SMs): 2 x 66
      * tiles of 32 columns with a last P tile of 36 rows (the staged epilogue); 4 x 33 of 64 columns with a last P
      * tile of 8 rows (the TMA store). Under BFP8_HOPPER_TILE=64x32 and 64x128 (gpu-check) every normal-path case runs

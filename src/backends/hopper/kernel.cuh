@@ -541,13 +541,17 @@ __global__ void __launch_bounds__(kThreads, 1)
                     /* The weight scales through a pointer that walks the K blocks: indexing by kb costs a sign
                      * extension and a 64-bit address computation a block. */
                     const float *sb_at = sb_row + kb0;
-                    /* The next block into (acc, sv, sb, st): wait for its stage, read its scales, issue its MMAs. */
-                    auto begin = [&](float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
+                    /* The next block into (acc, sv, sb, st) from stage st: wait for it, read its scales, issue its
+                     * MMAs. In the ring loop below st is a compile-time constant. */
+                    auto begin_at = [&](float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st, int at) {
                         sb = __ldg(sb_at++);
-                        st = stage;
-                        mbar_wait(full0 + 8 * stage, phase);
-                        load_scales(stage, sv);
-                        issue(acc, stage);
+                        st = at;
+                        mbar_wait(full0 + 8 * at, phase);
+                        load_scales(at, sv);
+                        issue(acc, at);
+                    };
+                    auto begin = [&](float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st) {
+                        begin_at(acc, sv, sb, st, stage);
                         next_stage();
                     };
                     /* A block whose MMAs are complete: give its stage back, promote it. */
@@ -556,16 +560,58 @@ __global__ void __launch_bounds__(kThreads, 1)
                         release(st);
                         promote(total, acc, sv, sb);
                     };
-                    begin(acc, sva, sb_a, st_a);
-                    int kb = kb0 + 1;
-                    for (; kb + 1 < kb1; kb += 2) {
+                    /* Two blocks with the first partial's in flight: the second partial's, then the first's. */
+                    auto pair = [&]() {
                         begin(acc2, svb, sb_b, st_b);
                         wgmma_wait<1>();
                         finish(acc, sva, sb_a, st_a);
                         begin(acc, sva, sb_a, st_a);
                         wgmma_wait<1>();
                         finish(acc2, svb, sb_b, st_b);
+                    };
+                    /* The steady loop walks whole rings of stages, one pass per kRing blocks, entered with the first
+                     * partial's block of stage 0 in flight: its stage indexes are compile-time constants, so the
+                     * descriptors, barrier and scale addresses of each block are a base plus an immediate instead of
+                     * a product by a runtime stage (docs/hopper.md design log 86). With an odd stage count a pass
+                     * spans two rings, so that each stage meets the same partial in every pass. Not in the grouped
+                     * 128-wide kernel, whose registers it would overflow (186 bytes of spills). */
+                    constexpr bool kRingLoop = !(GROUPED && BQ == 128);
+                    constexpr int kRing = kStages % 2 == 0 ? kStages : 2 * kStages;
+                    auto ring = [&]() {
+#pragma unroll
+                        for (int j = 1; j <= kRing; j++) {
+                            const int at = j % kStages, done = (j - 1) % kStages;
+                            if (at == 0) phase ^= 1;
+                            if (j % 2) {
+                                begin_at(acc2, svb, sb_b, st_b, at);
+                                wgmma_wait<1>();
+                                finish(acc, sva, sb_a, done);
+                            } else {
+                                begin_at(acc, sva, sb_a, st_a, at);
+                                wgmma_wait<1>();
+                                finish(acc2, svb, sb_b, done);
+                            }
+                        }
+                    };
+                    int kb = kb0 + 1;
+                    if (kRingLoop && kStages % 2 == 0 && (stage & 1) && kb1 - kb0 >= 2) {
+                        /* With an even stage count the first partial takes the stages of its first block's parity:
+                         * from an odd stage, the unit's first block goes into the second partial. */
+                        begin(acc2, svb, sb_b, st_b);
+                        begin(acc, sva, sb_a, st_a);
+                        wgmma_wait<1>();
+                        finish(acc2, svb, sb_b, st_b);
+                        kb++;
+                    } else {
+                        begin(acc, sva, sb_a, st_a);
                     }
+                    /* Pairs up to the first partial's block of stage 0 (then the next stage is 1), whole rings, pairs. */
+                    if constexpr (kRingLoop) {
+                        for (; stage != 1 && kb + 1 < kb1; kb += 2) pair();
+                        if (stage == 1)
+                            for (; kb + kRing <= kb1; kb += kRing) ring();
+                    }
+                    for (; kb + 1 < kb1; kb += 2) pair();
                     if (kb < kb1) {
                         begin(acc2, svb, sb_b, st_b);
                         wgmma_wait<1>();
