@@ -17,7 +17,8 @@
  * scales, run four m64nBQk32 wgmmas into a fresh fp32 partial, wait for them, release the stage on its "empty"
  * mbarrier (one arrival per warp), then multiply the partial by sa*sb and add it to the fp32 total ("promotion",
  * needed because the FP8 MMA accumulator keeps only ~14 bits). On the normal path, and on swapped units of 12 or
- * more K blocks, two partials alternate, so block b+1's MMAs run while block b is promoted. On the normal path with
+ * more K blocks, two partials alternate, so block b+1's MMAs run while block b is promoted; their steady state walks
+ * whole rings of stages with compile-time stage indexes (no per-block stage arithmetic). On the normal path with
  * 64-row tiles the second consumer exits at once. setmaxnreg moves registers from the producer to the consumers.
  * After changing a consumer loop, check `-Xptxas -v` (make test does): when ptxas cannot prove an accumulator idle
  * it serializes the wgmmas and says so (C7514, C7518); the kernel stays correct, only slower. Check the loop's SASS
@@ -532,17 +533,17 @@ __global__ void __launch_bounds__(kThreads, 1)
                 } else if constexpr (kTwoPartials) {
                     /* Two partials in flight: block b+1's MMAs are issued before block b is promoted, so this
                      * warpgroup's promotion overlaps its own next MMAs, not only the other warpgroup's. Written as
-                     * straight code, a loop unrolled by two and a tail, with no branch between a wgmma and its wait:
-                     * with the issue inside a conditional ptxas serializes every wgmma of the kernel (C7514), and
-                     * M=4096 7168x16384 takes 949 us instead of 787. */
+                     * straight code, loops of pairs and of whole rings and a tail, with no branch between a wgmma and
+                     * its wait: with the issue inside a conditional ptxas serializes every wgmma of the kernel (C7514),
+                     * and M=4096 7168x16384 takes 949 us instead of 787. */
                     float sva[kNumScales], svb[kNumScales];
                     float sb_a = 0.0f, sb_b = 0.0f;
                     int st_a = 0, st_b = 0;
                     /* The weight scales through a pointer that walks the K blocks: indexing by kb costs a sign
                      * extension and a 64-bit address computation a block. */
                     const float *sb_at = sb_row + kb0;
-                    /* The next block into (acc, sv, sb, st) from stage st: wait for it, read its scales, issue its
-                     * MMAs. In the ring loop below st is a compile-time constant. */
+                    /* The next block into (acc, sv, sb, st) from stage `at`: wait for it, read its scales, issue its
+                     * MMAs. In the ring loop below `at` is a compile-time constant. */
                     auto begin_at = [&](float(&acc)[BQ / 2], float(&sv)[kNumScales], float &sb, int &st, int at) {
                         sb = __ldg(sb_at++);
                         st = at;
