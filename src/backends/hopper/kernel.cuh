@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
          * stage 0's tiles plus st * kStageBytes / 16 + 2 * kk in the address field (which never carries: shared
          * memory is under 256 KB), one add each: rebuilding each from its address (mask, shift, or) and the
          * warpgroup index in per-thread registers costs M = 512..4096 5-12%. */
-        const uint64_t p_desc0 = smem_desc(tiles_u32 + wg * 64 * kBK), q_desc0 = smem_desc(tiles_u32 + C::kPBytes);
+        uint64_t p_desc0 = smem_desc(tiles_u32 + wg * 64 * kBK), q_desc0 = smem_desc(tiles_u32 + C::kPBytes);
         auto issue = [&](float(&acc)[BQ / 2], int st) {
             const uint32_t stage_off = (uint32_t)st * (C::kStageBytes >> 4);
             const uint64_t p_desc = p_desc0 + stage_off, q_desc = q_desc0 + stage_off;
@@ -582,7 +582,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                         for (int j = 1; j <= kRing; j++) {
                             const int at = j % kStages, done = (j - 1) % kStages;
-                            if (at == 0) phase ^= 1;
+                            if (at == 0) {
+                                phase ^= 1;
+                                asm volatile("" : "+l"(p_desc0), "+l"(q_desc0));
+                            }
                             if (j % 2) {
                                 begin_at(acc2, svb, sb_b, st_b, at);
                                 wgmma_wait<1>();
