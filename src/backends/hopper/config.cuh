@@ -81,7 +81,8 @@ template <int BQ, bool SWAP, int PROWS = kBP> struct Config {
     static_assert(SWAP || kOutRows * kOutPitch >= BQ / 64 * 8192, "a warpgroup's TMA-store boxes must fit");
     static constexpr int kStagesFit = (kMaxSmem - 1024 - kOutBytes - 256) / (kStageBytes + kScaleSlot + 16);
     static constexpr int kMaxStages = PROWS < kBP ? 16 : 12;
-    static constexpr int kStages = kStagesFit > kMaxStages ? kMaxStages : kStagesFit;
+    static constexpr int kStagesCap = kStagesFit > kMaxStages ? kMaxStages : kStagesFit;
+    static constexpr int kStages = kStagesCap % 2 ? kStagesCap - 1 : kStagesCap; /* EXPERIMENT: even rings */
     static constexpr int kSmemBytes = 1024 + kStages * (kStageBytes + kScaleSlot) + kOutBytes + kStages * 16;
 };
 static_assert(Config<8, true>::kStages == BFP8_HOPPER_STAGES_SWAP8, "plan.h's stage count of the 8-token kernel");
