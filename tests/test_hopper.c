@@ -464,7 +464,7 @@ static void test_small(const bfp8_backend *b) {
     small_case(b, 1000, 1024, 768, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     /* The consumer's loop over whole rings of stages (kernel.cuh): several units a CTA with 23 and 41 K blocks, prime
      * to every stage count, so that units start at stages of both parities and run pairs up to the ring, whole rings
-     * and the pairs after them (under gpu-check's BFP8_HOPPER_TILE variants with every stage count). */
+     * and the pairs after them (under gpu-check's BFP8_HOPPER_TILE variants, stage counts of both parities). */
     small_case(b, 640, 1152, 2944, BFP8_SCALE_FP32, BFP8_DTYPE_BF16, true, BFP8_DTYPE_F32);
     small_case(b, 257, 1664, 5248, BFP8_SCALE_UE8M0, BFP8_DTYPE_BF16, false, BFP8_DTYPE_F32);
     /* Fewer 128-row tiles than 3/4 of the SMs: 64-row tiles, one consumer warpgroup each, whole K (132 SMs): 2 x 66
