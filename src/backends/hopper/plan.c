@@ -95,6 +95,7 @@ static bfp8_hopper_plan plan_tiling(bool swap, int tile_rows, int bq, int64_t m,
     pl.swap = swap;
     pl.bq = bq;
     pl.tile_rows = tile_rows; /* (kBP swapped: P is the weight) */
+    pl.group_p = knobs->group_p ? knobs->group_p : kGroupP;
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
     pl.p_tiles = (int)bfp8_ceil_div(p_rows, pl.tile_rows);
     pl.q_tiles = (int)bfp8_ceil_div(q_rows, pl.bq);
@@ -141,7 +142,7 @@ static bfp8_hopper_plan plan_tiling(bool swap, int tile_rows, int bq, int64_t m,
      * rasterization group (decode_unit numbers them P tile fastest; the whole tiles are rounded down to full
      * columns). On the swapped path the row slices below take its place wherever it would apply. */
     const int across = bfp8_hopper_plan_activation_tiles(&pl); /* tiles that share a column range of the output */
-    if (across <= (pl.swap ? 1 : kGroupP) && tiles > sms && tiles % sms != 0 && kblocks >= 32 && !knobs->splits) {
+    if (across <= (pl.swap ? 1 : pl.group_p) && tiles > sms && tiles % sms != 0 && kblocks >= 32 && !knobs->splits) {
         const int64_t whole = tiles / sms * sms / across * across, tail = tiles - whole;
         int s = (int)(sms / tail);
         if (s > kblocks) s = kblocks;
@@ -317,6 +318,7 @@ bfp8_hopper_plan bfp8_hopper_plan_grouped(int grouped, int64_t groups, int64_t m
     if (per_group > m) per_group = m;
     if (per_group < 1) per_group = 1;
     pl.tile_rows = masked && per_group <= 64 ? 64 : kBP;
+    pl.group_p = knobs->group_p ? knobs->group_p : kGroupP;
     pl.p_tiles = (int)bfp8_ceil_div(m, pl.tile_rows); /* masked: per group */
     const int64_t busy_p_tiles = masked ? groups * bfp8_ceil_div(per_group, pl.tile_rows) : pl.p_tiles;
     const int64_t waves64 = bfp8_ceil_div(busy_p_tiles * bfp8_ceil_div(n, 64), sms);
@@ -388,9 +390,10 @@ void bfp8_hopper_params_set_units(bfp8_hopper_params *hp, const bfp8_hopper_plan
     hp->slice_rows = pl->slice_rows;
     hp->units = pl->units;
     hp->tail_tiles = make_divisor(pl->p_tiles * pl->q_tiles - pl->whole_units);
-    hp->group_units = make_divisor(kGroupP * pl->q_tiles);
-    hp->full_groups = pl->p_tiles / kGroupP;
-    hp->last_group_rows = make_divisor(pl->p_tiles % kGroupP);
+    hp->group_p = make_divisor(pl->group_p);
+    hp->group_units = make_divisor(pl->group_p * pl->q_tiles);
+    hp->full_groups = pl->p_tiles / pl->group_p;
+    hp->last_group_rows = make_divisor(pl->p_tiles % pl->group_p);
     if (pl->sk_tiles) {
         const int64_t blocks = (int64_t)pl->sk_tiles * kblocks; /* < 2^31: plan_tiling */
         hp->sk_ctas = pl->grid;
@@ -420,12 +423,12 @@ void bfp8_hopper_params_set_grouped(bfp8_hopper_params *hp, const bfp8_hopper_pl
 
 /* ---- check_units --------------------------------------------------------------------------------------------- */
 
-/* Tile t of the unit grid's numbering (decode_unit's, by plain division): groups of kGroupP P tiles (fewer in the
+/* Tile t of the unit grid's numbering (decode_unit's, by plain division): groups of group_p P tiles (fewer in the
  * last), P tile fastest within a group. */
-static void tile_of(int t, int p_count, int q_count, int *pt, int *qt) {
-    const int g = t / (kGroupP * q_count), r = t % (kGroupP * q_count);
-    const int rows = p_count - g * kGroupP < kGroupP ? p_count - g * kGroupP : kGroupP;
-    *pt = g * kGroupP + r % rows, *qt = r / rows;
+static void tile_of(int t, int p_count, int q_count, int group_p, int *pt, int *qt) {
+    const int g = t / (group_p * q_count), r = t % (group_p * q_count);
+    const int rows = p_count - g * group_p < group_p ? p_count - g * group_p : group_p;
+    *pt = g * group_p + r % rows, *qt = r / rows;
 }
 
 /* Counts saturate at 2: "more than once". */
@@ -456,7 +459,7 @@ static bool check_stream_k_piece(const bfp8_hopper_plan *pl, const bfp8_hopper_p
     const int64_t tile = first_tile + (starts_inside ? (j + 1) % pieces : j), tile0 = tile * kblocks;
     const int64_t first = run0 > tile0 ? run0 : tile0, end = run1 < tile0 + kblocks ? run1 : tile0 + kblocks;
     int pt, qt;
-    tile_of(pl->whole_units + (int)tile, pl->p_tiles, pl->q_tiles, &pt, &qt);
+    tile_of(pl->whole_units + (int)tile, pl->p_tiles, pl->q_tiles, pl->group_p, &pt, &qt);
     const bool store = end < tile0 + kblocks, gather = first > tile0 && end == tile0 + kblocks;
     if (w.pt != pt || w.qt != qt || w.kb0 != first - tile0 || w.kb1 != end - tile0 || w.partial ||
         w.sk_store != store || w.sk_gather != gather || w.sk_tile0 != tile0 || w.p0 != pt * pl->tile_rows ||
@@ -503,7 +506,7 @@ static bool check_tile_unit(const bfp8_hopper_plan *pl, const bfp8_hopper_params
     const int tail = pl->p_tiles * pl->q_tiles - pl->whole_units, v = u - pl->whole_units;
     const int split = whole ? 0 : v / tail, t = whole ? u : pl->whole_units + v % tail;
     int pt, qt;
-    tile_of(t, pl->p_tiles, pl->q_tiles, &pt, &qt);
+    tile_of(t, pl->p_tiles, pl->q_tiles, pl->group_p, &pt, &qt);
     const int kb0 = whole ? 0 : split * pl->kb_per_split;
     const int kb1 = whole || kb0 + pl->kb_per_split > kblocks ? kblocks : kb0 + pl->kb_per_split;
     if (w.pt != pt || w.qt != qt || w.split != split || w.kb0 != kb0 || w.kb1 != kb1 ||

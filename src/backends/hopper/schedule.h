@@ -16,7 +16,7 @@
 enum {
     BFP8_HOPPER_BK = 128,     /* K per stage = one scale block = one 128-byte swizzled row */
     BFP8_HOPPER_BP = 128,     /* P rows per tile: two consumer warpgroups of 64 */
-    BFP8_HOPPER_GROUP_P = 8,  /* rasterization: groups of 8 P tiles walk Q together (L2 reuse) */
+    BFP8_HOPPER_GROUP_P = 8,  /* rasterization: groups of 8 P tiles walk Q together (L2 reuse); the default */
     BFP8_HOPPER_MAX_SPLIT_CLUSTER = 8, /* the largest cluster that sums K splits: the portable cluster size */
 };
 
@@ -58,9 +58,9 @@ typedef struct bfp8_hopper_params {
      * weight-scale block), and writes y: no partials, no reduce. */
     int slice_rows;
     /* decode_unit's divisors, over the grid of tiles: the split units' tiles (that grid's size less whole_units), a
-     * rasterization group's units (GROUP_P x the Q tile count) and the last group's P rows (under GROUP_P when the P
-     * tile count is not a multiple of it); full_groups groups have GROUP_P rows. */
-    bfp8_hopper_divisor tail_tiles, group_units, last_group_rows;
+     * rasterization group's P tiles (bfp8_hopper_plan::group_p) and units (those x the Q tile count), and the last
+     * group's P tiles (fewer when the P tile count is not a multiple of group_p); full_groups groups have group_p. */
+    bfp8_hopper_divisor tail_tiles, group_p, group_units, last_group_rows;
     int full_groups;
     const float *sb; /* weight scales, ROW_MAJOR [ceil(n/128)][kblocks] */
     const void *bias;
@@ -214,10 +214,10 @@ BFP8_HOPPER_HD bfp8_hopper_unit bfp8_hopper_decode_tile_unit(const bfp8_hopper_p
     }
     const int g = bfp8_hopper_divide(t, &p->group_units);
     const int r = t - g * p->group_units.d;
-    /* Within a group, P tile fastest; a full group's GROUP_P rows divide by a shift. */
-    const bool full = g < p->full_groups;
-    w.qt = full ? (int)((unsigned)r / BFP8_HOPPER_GROUP_P) : bfp8_hopper_divide(r, &p->last_group_rows);
-    w.pt = g * BFP8_HOPPER_GROUP_P + (r - w.qt * (full ? BFP8_HOPPER_GROUP_P : p->last_group_rows.d));
+    /* Within a group, P tile fastest. */
+    const bfp8_hopper_divisor *rows = g < p->full_groups ? &p->group_p : &p->last_group_rows;
+    w.qt = bfp8_hopper_divide(r, rows);
+    w.pt = g * p->group_p.d + (r - w.qt * rows->d);
     w.p0 = w.pt * p->tile_rows, w.p_end = p->p_rows;
     w.p_cut = p->p_last_rows && w.pt == p->p_tiles - 1;
     return w;
