@@ -9,6 +9,7 @@
 #include "internal.h"
 
 enum { kBK = BFP8_HOPPER_BK, kBP = BFP8_HOPPER_BP, kGroupP = BFP8_HOPPER_GROUP_P };
+_Static_assert((kGroupP & (kGroupP - 1)) == 0, "the kernel divides by a full group's P tiles with a shift");
 enum { kShortRows = kBP / 2 }; /* a 64-row tile: one consumer warpgroup's rows */
 
 /* ---- the split model ----------------------------------------------------------------------------------------
@@ -87,6 +88,13 @@ static int stream_k_pieces(int ctas, int64_t blocks, int kblocks) {
     return most;
 }
 
+/* The rasterization group's P tiles: BFP8_HOPPER_GROUP's where it is a power of two (the kernel divides by a shift),
+ * else the default. */
+static int group_p_of(const bfp8_hopper_knobs *knobs) {
+    const int g = knobs->group_p;
+    return g > 0 && g <= 1024 && (g & (g - 1)) == 0 ? g : kGroupP;
+}
+
 /* One tiling (swapped with Q tiles of bq tokens, or normal with activation tiles of tile_rows rows and weight tiles of
  * bq rows): its K split, and where the last wave goes (a K split of its tiles, stream-K or row slices). */
 static bfp8_hopper_plan plan_tiling(bool swap, int tile_rows, int bq, int64_t m, int64_t n, int64_t k, int sms,
@@ -95,7 +103,7 @@ static bfp8_hopper_plan plan_tiling(bool swap, int tile_rows, int bq, int64_t m,
     pl.swap = swap;
     pl.bq = bq;
     pl.tile_rows = tile_rows; /* (kBP swapped: P is the weight) */
-    pl.group_p = knobs->group_p ? knobs->group_p : kGroupP;
+    pl.group_p = group_p_of(knobs);
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
     pl.p_tiles = (int)bfp8_ceil_div(p_rows, pl.tile_rows);
     pl.q_tiles = (int)bfp8_ceil_div(q_rows, pl.bq);
@@ -318,7 +326,7 @@ bfp8_hopper_plan bfp8_hopper_plan_grouped(int grouped, int64_t groups, int64_t m
     if (per_group > m) per_group = m;
     if (per_group < 1) per_group = 1;
     pl.tile_rows = masked && per_group <= 64 ? 64 : kBP;
-    pl.group_p = knobs->group_p ? knobs->group_p : kGroupP;
+    pl.group_p = group_p_of(knobs);
     pl.p_tiles = (int)bfp8_ceil_div(m, pl.tile_rows); /* masked: per group */
     const int64_t busy_p_tiles = masked ? groups * bfp8_ceil_div(per_group, pl.tile_rows) : pl.p_tiles;
     const int64_t waves64 = bfp8_ceil_div(busy_p_tiles * bfp8_ceil_div(n, 64), sms);
@@ -390,7 +398,8 @@ void bfp8_hopper_params_set_units(bfp8_hopper_params *hp, const bfp8_hopper_plan
     hp->slice_rows = pl->slice_rows;
     hp->units = pl->units;
     hp->tail_tiles = make_divisor(pl->p_tiles * pl->q_tiles - pl->whole_units);
-    hp->group_p = make_divisor(pl->group_p);
+    hp->group_shift = 0;
+    while ((1 << hp->group_shift) < pl->group_p) hp->group_shift++; /* (a power of two: group_p_of) */
     hp->group_units = make_divisor(pl->group_p * pl->q_tiles);
     hp->full_groups = pl->p_tiles / pl->group_p;
     hp->last_group_rows = make_divisor(pl->p_tiles % pl->group_p);

@@ -41,7 +41,7 @@ typedef struct bfp8_hopper_plan {
      * p_tiles per group. */
     int grouped, groups, tile_rows;
     bool stages64; /* normal path, 64-row tiles 32 or 64 wide: the kernel whose stages hold 64 P rows (plan.c) */
-    int group_p;   /* rasterization: groups of this many P tiles walk the Q tiles together, P tile fastest */
+    int group_p;   /* rasterization: groups of this many P tiles (a power of two) walk the Q tiles together */
 } bfp8_hopper_plan;
 
 /* The plan for M x N x K on `sms` SMs where `fit` clusters fit (NULL: none), with `knobs` (NULL: the defaults). */

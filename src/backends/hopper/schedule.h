@@ -58,10 +58,12 @@ typedef struct bfp8_hopper_params {
      * weight-scale block), and writes y: no partials, no reduce. */
     int slice_rows;
     /* decode_unit's divisors, over the grid of tiles: the split units' tiles (that grid's size less whole_units), a
-     * rasterization group's P tiles (bfp8_hopper_plan::group_p) and units (those x the Q tile count), and the last
-     * group's P tiles (fewer when the P tile count is not a multiple of group_p); full_groups groups have group_p. */
-    bfp8_hopper_divisor tail_tiles, group_p, group_units, last_group_rows;
-    int full_groups;
+     * rasterization group's units (its P tiles x the Q tile count) and the last group's P tiles (fewer when the P
+     * tile count is not a multiple of the group's). full_groups groups have 1 << group_shift P tiles
+     * (bfp8_hopper_plan::group_p, a power of two): a shift, because a third divisor's live values cost the 128 x 128
+     * kernel's ring loop 21 instructions a pass (ptxas, CUDA 13.0). */
+    bfp8_hopper_divisor tail_tiles, group_units, last_group_rows;
+    int full_groups, group_shift;
     const float *sb; /* weight scales, ROW_MAJOR [ceil(n/128)][kblocks] */
     const void *bias;
     int bias_dtype; /* -1: no bias */
@@ -214,10 +216,10 @@ BFP8_HOPPER_HD bfp8_hopper_unit bfp8_hopper_decode_tile_unit(const bfp8_hopper_p
     }
     const int g = bfp8_hopper_divide(t, &p->group_units);
     const int r = t - g * p->group_units.d;
-    /* Within a group, P tile fastest. */
-    const bfp8_hopper_divisor *rows = g < p->full_groups ? &p->group_p : &p->last_group_rows;
-    w.qt = bfp8_hopper_divide(r, rows);
-    w.pt = g * p->group_p.d + (r - w.qt * rows->d);
+    /* Within a group, P tile fastest; a full group's rows divide by a shift. */
+    const bool full = g < p->full_groups;
+    w.qt = full ? (int)((unsigned)r >> p->group_shift) : bfp8_hopper_divide(r, &p->last_group_rows);
+    w.pt = (g << p->group_shift) + (r - (full ? w.qt << p->group_shift : w.qt * p->last_group_rows.d));
     w.p0 = w.pt * p->tile_rows, w.p_end = p->p_rows;
     w.p_cut = p->p_last_rows && w.pt == p->p_tiles - 1;
     return w;
