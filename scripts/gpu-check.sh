@@ -60,7 +60,7 @@ step test_cuda env BFP8_TEST_VERBOSE=1 timeout 300 build/tests/test_cuda >"$out/
 hopper_variants=${GPU_CHECK_VARIANTS:-"BFP8_HOPPER_TILE=64 BFP8_HOPPER_TILE=128 BFP8_HOPPER_TILE=64x32
     BFP8_HOPPER_TILE=64x64 BFP8_HOPPER_TILE=64x128 BFP8_HOPPER_TILE=swap
     BFP8_HOPPER_TILE=swap16 BFP8_HOPPER_FORCE=last-wave-split BFP8_HOPPER_FORCE=slices BFP8_HOPPER_FORCE=stream-k
-    BFP8_HOPPER_SPLITS=3 BFP8_HOPPER_GROUP=2"}
+    BFP8_HOPPER_SPLITS=3 BFP8_HOPPER_RASTER_GROUP=2"}
 variants() {
     local v rc=0
     for v in $hopper_variants; do

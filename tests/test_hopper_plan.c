@@ -393,9 +393,10 @@ static void test_knobs(void) {
     static const struct {
         const char *env;
         int group_p;
-    } groups[] = {{"BFP8_HOPPER_GROUP=1", 1},     {"BFP8_HOPPER_GROUP=16", 16}, {"BFP8_HOPPER_GROUP=1024", 1024},
-                  {"BFP8_HOPPER_GROUP=2048", 0}, {"BFP8_HOPPER_GROUP=0", 0},   {"BFP8_HOPPER_GROUP=8x", 0},
-                  {"BFP8_HOPPER_GROUP=12", 12},  {"BFP8_HOPPER_GROUP=-8", 0}};
+    } groups[] = {{"BFP8_HOPPER_RASTER_GROUP=1", 1},       {"BFP8_HOPPER_RASTER_GROUP=16", 16},
+                  {"BFP8_HOPPER_RASTER_GROUP=1024", 1024}, {"BFP8_HOPPER_RASTER_GROUP=2048", 0},
+                  {"BFP8_HOPPER_RASTER_GROUP=0", 0},       {"BFP8_HOPPER_RASTER_GROUP=8x", 0},
+                  {"BFP8_HOPPER_RASTER_GROUP=12", 12},     {"BFP8_HOPPER_RASTER_GROUP=-8", 0}};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         CHECK(knobs_of(groups[i].env).group_p == groups[i].group_p, "'%s': groups of %d", groups[i].env,
               knobs_of(groups[i].env).group_p);
@@ -403,7 +404,7 @@ static void test_knobs(void) {
               bfp8_hopper_plan_make(4096, 7168, 16384, 132, NULL, &(bfp8_hopper_knobs){.group_p = 16}).group_p == 16 &&
               bfp8_hopper_plan_make(4096, 7168, 16384, 132, NULL, &(bfp8_hopper_knobs){.group_p = 12}).group_p ==
                   BFP8_HOPPER_GROUP_P,
-          "the plan's rasterization group follows BFP8_HOPPER_GROUP where it is a power of two");
+          "the plan's rasterization group follows BFP8_HOPPER_RASTER_GROUP where it is a power of two");
     CHECK(knobs_of("BFP8_HOPPER_TRACE=1").trace && !knobs_of("BFP8_HOPPER_TRACE=0").trace, "BFP8_HOPPER_TRACE");
     CHECK(knobs_of("BFP8_LOG=dispatch+hopper").log_plans && !knobs_of("BFP8_LOG=dispatch").log_plans, "BFP8_LOG");
     /* The process's environment is read once, and the test runs under none of these (gpu-check's variants set
@@ -470,11 +471,11 @@ static void test_unit_grids(void) {
                                        "BFP8_HOPPER_TILE=swap",
                                        "BFP8_HOPPER_TILE=swap16",
                                        "BFP8_HOPPER_SPLITS=3",
-                                       "BFP8_HOPPER_GROUP=1",
-                                       "BFP8_HOPPER_GROUP=2",
-                                       "BFP8_HOPPER_GROUP=16",
-                                       "BFP8_HOPPER_GROUP=12",
-                                       "BFP8_HOPPER_GROUP=4,BFP8_HOPPER_FORCE=stream-k"};
+                                       "BFP8_HOPPER_RASTER_GROUP=1",
+                                       "BFP8_HOPPER_RASTER_GROUP=2",
+                                       "BFP8_HOPPER_RASTER_GROUP=16",
+                                       "BFP8_HOPPER_RASTER_GROUP=12",
+                                       "BFP8_HOPPER_RASTER_GROUP=4,BFP8_HOPPER_FORCE=stream-k"};
     int checked = 0, sliced = 0, stream_k = 0, in_clusters = 0, split = 0, staged64 = 0;
     for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++) {
         const bfp8_hopper_knobs knobs = knobs_of(envs[e]);

@@ -52,7 +52,7 @@ bfp8_hopper_knobs bfp8_hopper_knobs_parse(const char *(*lookup)(const char *name
     parse_tile(lookup("BFP8_HOPPER_TILE"), &k);
     k.splits = parse_count(lookup("BFP8_HOPPER_SPLITS"), 1, 1024, 0);
     k.force = parse_force(lookup("BFP8_HOPPER_FORCE"));
-    k.group_p = parse_count(lookup("BFP8_HOPPER_GROUP"), 1, 1024, 0);
+    k.group_p = parse_count(lookup("BFP8_HOPPER_RASTER_GROUP"), 1, 1024, 0);
     const char *trace = lookup("BFP8_HOPPER_TRACE");
     k.trace = trace && trace[0] == '1';
     const char *log = lookup("BFP8_LOG");

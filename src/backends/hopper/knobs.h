@@ -37,8 +37,8 @@ typedef struct bfp8_hopper_knobs {
      * row slices or stream-K (the sweeps that calibrate the split model); 0: the model decides. */
     int splits;
     bfp8_hopper_force force;
-    /* BFP8_HOPPER_GROUP=G (1..1024): rasterization groups of G P tiles where G is a power of two (the planner takes
-     * no other: the kernel divides by a shift), for the sweep that sets the default; 0: the planner's. */
+    /* BFP8_HOPPER_RASTER_GROUP=G (1..1024): rasterization groups of G P tiles where G is a power of two (the planner
+     * takes no other: the kernel divides by a shift), for the sweep that sets the default; 0: the planner's. */
     int group_p;
     /* BFP8_HOPPER_TRACE=1 in a build made with `make HOPPER_TRACE=1`: the kernel stamps its timeline and each call
      * prints where its time went (synchronizes the stream: diagnosis only). */

@@ -88,8 +88,8 @@ static int stream_k_pieces(int ctas, int64_t blocks, int kblocks) {
     return most;
 }
 
-/* The rasterization group's P tiles: BFP8_HOPPER_GROUP's where it is a power of two (the kernel divides by a shift),
- * else the default. */
+/* The rasterization group's P tiles: BFP8_HOPPER_RASTER_GROUP's where it is a power of two (the kernel divides by a
+ * shift), else the default. */
 static int group_p_of(const bfp8_hopper_knobs *knobs) {
     const int g = knobs->group_p;
     return g > 0 && g <= 1024 && (g & (g - 1)) == 0 ? g : kGroupP;
