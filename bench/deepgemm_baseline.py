@@ -24,7 +24,7 @@ Three baselines, each skipped with a message when this machine cannot run it (th
   Needs the package importable (PYTHONPATH=python after `python3 setup.py build_ext --inplace`).
 
 Timing mirrors cli_cuda_time (tools/cuda_timer.c), the method of `blockfp8 bench`: --warmup untimed
-calls, then before each of --iters timed calls the L2 is flushed by reading (clean, bench's default) or writing
+calls, then before each of --iters timed calls (the cell's calls interleaved, bench/gpu_timer.py) the L2 is flushed by reading (clean, bench's default) or writing
 (dirty) twice its size, the GPU spins ~100 us so that the Python launch is enqueued before the start event, CUDA
 events around the call; the median. Each cell's output is checked against an fp32 product of the dequantized
 operands (relative Frobenius error under 1e-2 for bf16 output) before it is timed. Records are those of
@@ -299,6 +299,7 @@ def main():
                 name = "blockfp8_" + (backend or "auto")
                 obj = DeepGEMMCall(name, blockfp8_call(bf8, backend), m, qa, sa, qw, sw)
                 runs.append((obj, "call", name, bf8_note + (f" strict {backend}" if backend else " auto")))
+            timed = []  # (fn, name, note, rel_err) of the runs that ran and matched the reference
             for obj, method, name, note in runs:
                 fn = getattr(obj, method)
                 obj.output().fill_(float("nan"))  # poison: every element must be written
@@ -309,13 +310,16 @@ def main():
                     print(f"{name:<20} {m:6d} {n:6d} {k:6d} n/a: {str(e).strip().splitlines()[0]}", flush=True)
                     continue
                 err = rel_err(obj.output(), ref)
-                ok = math.isfinite(err) and err < 1e-2
-                failures += not ok
-                t = timer.median_us(fn, a.warmup, a.iters)
+                if not (math.isfinite(err) and err < 1e-2):
+                    failures += 1
+                    print(f"{name:<20} {m:6d} {n:6d} {k:6d} {'-':>10} {'-':>8} {err:9.2e}  WRONG", flush=True)
+                    continue
+                timed.append((fn, name, note, err))
+            medians = timer.medians_us([fn for fn, _, _, _ in timed], a.warmup, a.iters) if timed else []
+            for (fn, name, note, err), t in zip(timed, medians):
                 flops = 2.0 * m * n * k
                 nbytes = n * k + m * k + 2 * m * n
-                print(f"{name:<20} {m:6d} {n:6d} {k:6d} {t:10.1f} {flops / t / 1e6:8.0f} {err:9.2e}"
-                      + ("" if ok else "  WRONG"), flush=True)
+                print(f"{name:<20} {m:6d} {n:6d} {k:6d} {t:10.1f} {flops / t / 1e6:8.0f} {err:9.2e}", flush=True)
                 records.append(dict(backend=name, m=m, n=n, k=k, out_dtype="bf16", median_us=t,
                                     tflops=flops / t / 1e6, gbs=nbytes / t / 1e3, config=note, rel_err=err,
                                     l2=a.l2))

@@ -17,20 +17,30 @@ class Timer:
         self.hold_cycles = 200_000  # ~100 µs at the H200's clocks
 
     def median_us(self, fn, warmup, iters):
-        for _ in range(warmup):
-            fn()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(iters)]
-        for i, (start, end) in enumerate(events):
-            if self.l2 == "dirty":
-                self.flush_buf.fill_(i)
-            else:
-                torch.amax(self.flush_buf, dim=0, keepdim=True, out=self.sink)
-            # Keep the GPU busy (untimed) while Python enqueues the launch: a Triton launch costs tens of µs of
-            # host time, and without this the events of a small cell would measure it.
-            torch.cuda._sleep(self.hold_cycles)
-            start.record()
-            fn()
-            end.record()
+        return self.medians_us([fn], warmup, iters)[0]
+
+    def medians_us(self, fns, warmup, iters):
+        """The median of each of fns, timed interleaved: round i runs every fn once, starting at fn i % len(fns), so
+        that each sees the same clocks. Timed one after another, the last of a cell's calls would follow all the
+        others' FP8 GEMMs, on a GPU that its power limit may have clocked down by then."""
+        for fn in fns:
+            for _ in range(warmup):
+                fn()
+        events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                   for _ in range(iters)] for _ in fns]
+        for i in range(iters):
+            for j in range(len(fns)):
+                f = (i + j) % len(fns)
+                if self.l2 == "dirty":
+                    self.flush_buf.fill_(i)
+                else:
+                    torch.amax(self.flush_buf, dim=0, keepdim=True, out=self.sink)
+                # Keep the GPU busy (untimed) while Python enqueues the launch: a Triton launch costs tens of µs
+                # of host time, and without this the events of a small cell would measure it.
+                torch.cuda._sleep(self.hold_cycles)
+                start, end = events[f][i]
+                start.record()
+                fns[f]()
+                end.record()
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in events)
+        return [statistics.median(s.elapsed_time(e) * 1000.0 for s, e in ev) for ev in events]
