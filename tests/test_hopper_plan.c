@@ -405,6 +405,26 @@ static void test_knobs(void) {
               bfp8_hopper_plan_make(4096, 7168, 16384, 132, NULL, &(bfp8_hopper_knobs){.group_p = 12}).group_p ==
                   BFP8_HOPPER_GROUP_P,
           "the plan's rasterization group follows BFP8_HOPPER_RASTER_GROUP where it is a power of two");
+    /* The default's short-K rule at its boundary (SHORT_K_BLOCKS blocks of K), on the normal path only. */
+    const int64_t short_k = (int64_t)BFP8_HOPPER_SHORT_K_BLOCKS * BFP8_HOPPER_BK;
+    const int64_t ks[] = {1, short_k - 1, short_k, short_k + 1, short_k + BFP8_HOPPER_BK, 7168};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        const bfp8_hopper_plan pl = bfp8_hopper_plan_make(4096, 32768, ks[i], 132, NULL, NULL);
+        const int want = ks[i] <= short_k ? BFP8_HOPPER_GROUP_P_SHORT_K : BFP8_HOPPER_GROUP_P;
+        CHECK(!pl.swap && pl.group_p == want, "M=4096 N=32768 K=%lld: groups of %d P tiles, want %d",
+              (long long)ks[i], pl.group_p, want);
+        const bfp8_hopper_plan forced = bfp8_hopper_plan_make(4096, 32768, ks[i], 132, NULL,
+                                                              &(bfp8_hopper_knobs){.group_p = 8});
+        CHECK(forced.group_p == 8, "K=%lld: BFP8_HOPPER_RASTER_GROUP=8 gives groups of %d", (long long)ks[i],
+              forced.group_p);
+        const bfp8_hopper_plan swapped = bfp8_hopper_plan_make(16, 32768, ks[i], 132, NULL, NULL);
+        CHECK(!swapped.swap || swapped.group_p == BFP8_HOPPER_GROUP_P,
+              "M=16 K=%lld swapped: groups of %d, not the normal path's short-K rule", (long long)ks[i],
+              swapped.group_p);
+        const bfp8_hopper_plan moe = bfp8_hopper_plan_grouped(BFP8_HOPPER_CONTIGUOUS, 8, 4096, 32768, ks[i], 0, 132,
+                                                              NULL);
+        CHECK(moe.group_p == BFP8_HOPPER_GROUP_P, "grouped K=%lld: groups of %d", (long long)ks[i], moe.group_p);
+    }
     CHECK(knobs_of("BFP8_HOPPER_TRACE=1").trace && !knobs_of("BFP8_HOPPER_TRACE=0").trace, "BFP8_HOPPER_TRACE");
     CHECK(knobs_of("BFP8_LOG=dispatch+hopper").log_plans && !knobs_of("BFP8_LOG=dispatch").log_plans, "BFP8_LOG");
     /* The process's environment is read once, and the test runs under none of these (gpu-check's variants set

@@ -89,10 +89,13 @@ static int stream_k_pieces(int ctas, int64_t blocks, int kblocks) {
 }
 
 /* The rasterization group's P tiles: BFP8_HOPPER_RASTER_GROUP's where it is a power of two (the kernel divides by a
- * shift), else the default. */
-static int group_p_of(const bfp8_hopper_knobs *knobs) {
+ * shift), else 8, or 32 on the normal path where K has at most 4 blocks. Measured on an H100 (docs/hopper.md, design
+ * log 90): with K >= 1024 groups of 8 were the best or within 1%; with K = 256 or 512 and M >= 2048, groups of 32
+ * were 2-7% faster (M=4096 32768x512 149.7 -> 142.8 us). The swapped path and grouped calls were not swept. */
+static int group_p_of(const bfp8_hopper_knobs *knobs, bool dense_normal, int kblocks) {
     const int g = knobs->group_p;
-    return g > 0 && g <= 1024 && (g & (g - 1)) == 0 ? g : kGroupP;
+    if (g > 0 && g <= 1024 && (g & (g - 1)) == 0) return g;
+    return dense_normal && kblocks <= BFP8_HOPPER_SHORT_K_BLOCKS ? BFP8_HOPPER_GROUP_P_SHORT_K : kGroupP;
 }
 
 /* One tiling (swapped with Q tiles of bq tokens, or normal with activation tiles of tile_rows rows and weight tiles of
@@ -103,11 +106,11 @@ static bfp8_hopper_plan plan_tiling(bool swap, int tile_rows, int bq, int64_t m,
     pl.swap = swap;
     pl.bq = bq;
     pl.tile_rows = tile_rows; /* (kBP swapped: P is the weight) */
-    pl.group_p = group_p_of(knobs);
     const int64_t p_rows = pl.swap ? n : m, q_rows = pl.swap ? m : n;
     pl.p_tiles = (int)bfp8_ceil_div(p_rows, pl.tile_rows);
     pl.q_tiles = (int)bfp8_ceil_div(q_rows, pl.bq);
     const int kblocks = (int)bfp8_ceil_div(k, kBK);
+    pl.group_p = group_p_of(knobs, !swap, kblocks);
     const int64_t tiles = (int64_t)pl.p_tiles * pl.q_tiles;
     split_model model;
     /* Weight bytes per block come from HBM once per M tile: all of them when one M tile covers M. */
@@ -326,7 +329,7 @@ bfp8_hopper_plan bfp8_hopper_plan_grouped(int grouped, int64_t groups, int64_t m
     if (per_group > m) per_group = m;
     if (per_group < 1) per_group = 1;
     pl.tile_rows = masked && per_group <= 64 ? 64 : kBP;
-    pl.group_p = group_p_of(knobs);
+    pl.group_p = group_p_of(knobs, false, 0);
     pl.p_tiles = (int)bfp8_ceil_div(m, pl.tile_rows); /* masked: per group */
     const int64_t busy_p_tiles = masked ? groups * bfp8_ceil_div(per_group, pl.tile_rows) : pl.p_tiles;
     const int64_t waves64 = bfp8_ceil_div(busy_p_tiles * bfp8_ceil_div(n, 64), sms);
