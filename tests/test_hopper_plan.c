@@ -418,7 +418,7 @@ static void test_knobs(void) {
         CHECK(forced.group_p == 8, "K=%lld: BFP8_HOPPER_RASTER_GROUP=8 gives groups of %d", (long long)ks[i],
               forced.group_p);
         const bfp8_hopper_plan swapped = bfp8_hopper_plan_make(16, 32768, ks[i], 132, NULL, NULL);
-        CHECK(!swapped.swap || swapped.group_p == BFP8_HOPPER_GROUP_P,
+        CHECK(swapped.swap && swapped.group_p == BFP8_HOPPER_GROUP_P,
               "M=16 K=%lld swapped: groups of %d, not the normal path's short-K rule", (long long)ks[i],
               swapped.group_p);
         const bfp8_hopper_plan moe = bfp8_hopper_plan_grouped(BFP8_HOPPER_CONTIGUOUS, 8, 4096, 32768, ks[i], 0, 132,

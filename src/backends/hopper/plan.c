@@ -90,8 +90,8 @@ static int stream_k_pieces(int ctas, int64_t blocks, int kblocks) {
 
 /* The rasterization group's P tiles: BFP8_HOPPER_RASTER_GROUP's where it is a power of two (the kernel divides by a
  * shift), else 8, or 32 on the normal path where K has at most 4 blocks. Measured on an H100 (docs/hopper.md, design
- * log 90): with K >= 1024 groups of 8 were the best or within 1%; with K = 256 or 512 and M >= 2048, groups of 32
- * were 2-7% faster (M=4096 32768x512 149.7 -> 142.8 us). The swapped path and grouped calls were not swept. */
+ * log 90): with K >= 1024 groups of 8 were as fast or up to 2.5% faster; with K = 256 or 512 and M >= 2048, groups of
+ * 32 were 1-7% faster (M=4096 32768x512 149.7 -> 142.8 us). The swapped path and grouped calls were not swept. */
 static int group_p_of(const bfp8_hopper_knobs *knobs, bool dense_normal, int kblocks) {
     const int g = knobs->group_p;
     if (g > 0 && g <= 1024 && (g & (g - 1)) == 0) return g;
