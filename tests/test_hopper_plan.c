@@ -417,7 +417,8 @@ static void test_knobs(void) {
                                                               &(bfp8_hopper_knobs){.group_p = 8});
         CHECK(forced.group_p == 8, "K=%lld: BFP8_HOPPER_RASTER_GROUP=8 gives groups of %d", (long long)ks[i],
               forced.group_p);
-        const bfp8_hopper_plan swapped = bfp8_hopper_plan_make(16, 32768, ks[i], 132, NULL, NULL);
+        const bfp8_hopper_plan swapped = bfp8_hopper_plan_make(
+            16, 32768, ks[i], 132, NULL, &(bfp8_hopper_knobs){.tile_forced = true, .tile_swap = true});
         CHECK(swapped.swap && swapped.group_p == BFP8_HOPPER_GROUP_P,
               "M=16 K=%lld swapped: groups of %d, not the normal path's short-K rule", (long long)ks[i],
               swapped.group_p);
