@@ -2,7 +2,9 @@
 # The one-call GPU check: build, GPU unit tests, compute-sanitizer (memcheck + racecheck), the SASS of the CUDA
 # kernels, the cuBLASLt limits probe and the DeepSeek-R1 GEMM benchmark (`blockfp8 bench`, every CUDA backend
 # against cuBLASLt in the same run; cuda_generic once more with the dirty flush, beside a Triton block-FP8 kernel
-# timed the same way: bench/triton_baseline.py). Logs and JSON go under OUTDIR; a short summary table is printed last.
+# timed the same way: bench/triton_baseline.py; DeepGEMM and torch's cuBLASLt beside blockfp8 in one process:
+# bench/deepgemm_baseline.py), with the SM clocks sampled during the benchmarks. Logs and JSON go under OUTDIR; a short
+# summary table is printed last.
 #   scripts/gpu-check.sh OUTDIR
 # GPU_CHECK_ONLY="build bench-dirty triton" runs only the named steps (names as in the summary); GPU_CHECK_QUICK=1
 # is "build test_cuda sanitizer sass", a re-check that spends little device time.
@@ -24,6 +26,27 @@ step() { # name, command...: runs, records pass/fail, keeps going (skipped when 
     local t0=$(date +%s)
     if "$@"; then status[$name]="pass"; else status[$name]="FAIL"; fi
     status[$name]="${status[$name]} ($(( $(date +%s) - t0 ))s)"
+}
+
+# Runs a command while nvidia-smi samples the SM clock, power and temperature every 100 ms into OUT/NAME-clocks.csv,
+# so that a benchmark's times come with the clocks they ran at (a card at its power limit clocks down under long
+# runs of FP8 GEMMs). Without nvidia-smi the command runs alone.
+with_clocks() { # NAME, command...
+    local name=$1; shift
+    command -v nvidia-smi >/dev/null || { "$@"; return; }
+    nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 \
+        >"$out/$name-clocks.csv" 2>/dev/null &
+    local smi=$! rc=0
+    "$@" || rc=$?
+    kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+    return $rc
+}
+clocks_summary() { # NAME: one line over OUT/NAME-clocks.csv
+    local f="$out/$1-clocks.csv"
+    [ -s "$f" ] || { echo "no samples"; return; }
+    sort -t, -k1,1n "$f" | awk -F', *' '{c[NR] = $1; p += $2; if ($2 > pmax) pmax = $2; if ($3 > tmax) tmax = $3}
+        END {printf "%d samples: SM clock %d MHz median, %d at the 10th percentile, %d lowest; power %.0f W mean, %.0f peak; %d C peak\n",
+             NR, c[int((NR + 1) / 2)], c[int(NR / 10) + 1], c[1], p / NR, pmax, tmax}'
 }
 
 # --- dependencies (the GPU image has no package registry) ---------------------------------------------------------
@@ -125,7 +148,7 @@ step sass sass >>"$out/build.log" 2>&1
 # --- cuBLASLt limits probe and the benchmark ---------------------------------------------------------------------------
 step probe build/cuda_probe >"$out/probe.log" 2>&1
 # The project's benchmark command (tools/bench.c): every CUDA backend, cuBLASLt as the baseline ratio.
-step bench timeout 300 build/blockfp8 bench --device cuda --backend all --baseline cublaslt \
+step bench with_clocks bench timeout 300 build/blockfp8 bench --device cuda --backend all --baseline cublaslt \
     --shapes dsr1 --m 1,16,64,128,512,4096 --iters 20 --warmup 3 --json "$out/bench.json" >"$out/bench.log" 2>"$out/bench.err"
 # cuda_generic against Triton (issue 4) with the dirty flush, the slower one for us and the one PyTorch's zero_()
 # flushes leave (bench/RESULTS.md, "The L2 flush"): against a Triton block-FP8 kernel timed in this run by the same
@@ -146,6 +169,18 @@ python_cuda() {
         --json "$out/python-overhead.json"
 }
 step python python_cuda >"$out/python.log" 2>&1
+
+# --- DeepGEMM and torch's cuBLASLt beside blockfp8, in one process, interleaved (bench/README.md) ---------------------
+# GPU_CHECK_DEEPGEMM=DIR: where deep_gemm is installed (built on the machine; nothing of it is in this repository).
+# Without it deepgemm_baseline.py says so and times torch's _scaled_mm and blockfp8 only.
+side() {
+    python3 setup.py -q build_ext --inplace >"$out/python-build.log" 2>&1 || return 1
+    PYTHONPATH="${GPU_CHECK_DEEPGEMM:+$GPU_CHECK_DEEPGEMM:}$PWD/python:$PWD/bench" PYTHONUNBUFFERED=1 \
+        LD_PRELOAD="$(g++ -print-file-name=libstdc++.so.6 2>/dev/null)" \
+        with_clocks side timeout 420 python3 bench/deepgemm_baseline.py --baselines deepgemm,scaled_mm,blockfp8 \
+        --iters 20 --warmup 3 --json "$out/side.json"
+}
+step side side >"$out/side.log" 2>&1
 step cli sh tests/cli.sh build >"$out/cli.log" 2>&1
 
 # --- the grouped (MoE) GEMM against cuBLASLt called once per expert ---------------------------------------------------
@@ -188,7 +223,7 @@ step ab ab >"$out/ab.log" 2>&1
 # --- summary (printed last) -------------------------------------------------------------------------------------------
 echo "================ gpu-check summary ($(date -u +%FT%TZ), commit ${BFP8_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
 head -2 "$out/unit.log" | tail -1
-for s in build unit-suite test_cuda variants sanitizer sass probe bench bench-dirty triton python cli grouped ab; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
+for s in build unit-suite test_cuda variants sanitizer sass probe bench bench-dirty triton python side cli grouped ab; do printf '  %-11s %s\n' "$s" "${status[$s]:-not run}"; done
 echo "-- unit tests:"; grep -E '^(PASS|FAIL|unit)' "$out/unit.log" | sed 's/^/  /'
 echo "-- test_cuda:"; tail -2 "$out/test_cuda.log" | sed 's/^/  /'
 echo "-- test_hopper with each forced plan:"
@@ -210,6 +245,27 @@ echo "-- bench (bf16 out, median µs with the L2 flushed; ratio = cuBLASLt time 
           for (i = 1; i <= n; i++) { printf "  %s", order[i]
               for (j = 1; j <= nb; j++) printf " %10s %7s", t[order[i], bk[j]], r[order[i], bk[j]]; print "" } }' "$out/bench.log"
 grep '^# ' "$out/bench.log" 2>/dev/null | grep -E 'geomean|summary' | sed 's/^/  /'
+[ -f "$out/bench.log" ] && echo "  clocks during bench: $(clocks_summary bench)"
+if [ -s "$out/side.json" ]; then
+    echo "-- side by side (interleaved; ratio = other time / hopper time, geomean over the cells both ran):"
+    python3 - "$out/side.json" <<'PY' | sed 's/^/  /'
+import json, math, sys
+cells = {}
+for r in json.load(open(sys.argv[1])):
+    cells.setdefault((r["m"], r["n"], r["k"]), {})[r["backend"]] = r["median_us"]
+geomean = lambda r: math.exp(sum(map(math.log, r)) / len(r))
+for other in ("deepgemm", "torch_scaled_mm"):
+    r = [c[other] / c["blockfp8_hopper"] for c in cells.values() if other in c and "blockfp8_hopper" in c]
+    if r:
+        print(f"hopper against {other}: {geomean(r):.3f}x over {len(r)} cells, hopper slower in {sum(x < 1 for x in r)}")
+best = [c["blockfp8_auto"] / min(c["blockfp8_hopper"], c["blockfp8_cublaslt"]) for c in cells.values()
+        if {"blockfp8_auto", "blockfp8_hopper", "blockfp8_cublaslt"} <= c.keys()]
+if best:
+    print(f"auto against the faster of hopper and cublaslt: {geomean(best):.4f}x the time, within 1% in "
+          f"{sum(x <= 1.01 for x in best)} of {len(best)} cells")
+PY
+    echo "  clocks during side: $(clocks_summary side)"
+fi
 if [ -f "$out/bench-dirty.json" ] && [ -f "$out/triton-dirty.json" ]; then
     echo "-- cuda_generic vs triton, same run (dirty flush; the cells where triton is faster, then the count):"
     python3 scripts/compare-anchors.py "$out/bench-dirty.json" --against "$out/triton-dirty.json" >"$out/vs-triton.md"
