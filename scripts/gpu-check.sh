@@ -161,8 +161,12 @@ step triton env PYTHONUNBUFFERED=1 timeout 420 python3 bench/triton_baseline.py 
     >"$out/triton-dirty.log" 2>&1
 
 # --- the Python package on CUDA tensors, the CLI on the GPU --------------------------------------------------------
+python_ext() { # the Python package's extension, built once for the python and side steps
+    [ -n "${python_ext_built:-}" ] && return 0
+    python3 setup.py -q build_ext --inplace >"$out/python-build.log" 2>&1 && python_ext_built=1
+}
 python_cuda() {
-    python3 setup.py -q build_ext --inplace >"$out/python-build.log" 2>&1 || return 1
+    python_ext || return 1
     BFP8_CLI=$PWD/build/blockfp8 PYTHONPATH=$PWD/python timeout 300 python3 -m pytest -q -p no:cacheprovider \
         tests/python || return 1
     PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout 120 python3 bench/python_overhead.py \
@@ -174,7 +178,7 @@ step python python_cuda >"$out/python.log" 2>&1
 # GPU_CHECK_DEEPGEMM=DIR: where deep_gemm is installed (built on the machine; nothing of it is in this repository).
 # Without it deepgemm_baseline.py says so and times torch's _scaled_mm and blockfp8 only.
 side() {
-    python3 setup.py -q build_ext --inplace >"$out/python-build.log" 2>&1 || return 1
+    python_ext || return 1
     PYTHONPATH="${GPU_CHECK_DEEPGEMM:+$GPU_CHECK_DEEPGEMM:}$PWD/python:$PWD/bench" PYTHONUNBUFFERED=1 \
         LD_PRELOAD="$(g++ -print-file-name=libstdc++.so.6 2>/dev/null)" \
         with_clocks side timeout 420 python3 bench/deepgemm_baseline.py --baselines deepgemm,scaled_mm,blockfp8 \

@@ -9,7 +9,8 @@
 #include "internal.h"
 
 enum { kBK = BFP8_HOPPER_BK, kBP = BFP8_HOPPER_BP, kGroupP = BFP8_HOPPER_GROUP_P };
-_Static_assert((kGroupP & (kGroupP - 1)) == 0, "the kernel divides by a full group's P tiles with a shift");
+_Static_assert((kGroupP & (kGroupP - 1)) == 0 && (BFP8_HOPPER_GROUP_P_SHORT_K & (BFP8_HOPPER_GROUP_P_SHORT_K - 1)) == 0,
+               "the kernel divides by a full group's P tiles with a shift");
 enum { kShortRows = kBP / 2 }; /* a 64-row tile: one consumer warpgroup's rows */
 
 /* ---- the split model ----------------------------------------------------------------------------------------
