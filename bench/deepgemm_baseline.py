@@ -29,7 +29,8 @@ calls, then before each of --iters timed calls the L2 is flushed by reading (cle
 events around the call; the median. A cell's methods are timed interleaved (bench/gpu_timer.py), so that none of
 them runs only after the others have heated the GPU. Each cell's output is checked against an fp32 product of the dequantized
 operands (relative Frobenius error under 1e-2 for bf16 output) before it is timed. Records are those of
-`blockfp8 bench --json` (backend, m, n, k, out_dtype, median_us, tflops, gbs) plus config, rel_err and l2, so that
+`blockfp8 bench --json` (backend, m, n, k, out_dtype, median_us, tflops, gbs) plus config, rel_err and l2 (and, for
+blockfp8_auto, auto_choice: the backend blockfp8.explain says the dispatcher picks for the cell), so that
 scripts/compare-anchors.py BENCH_JSON --against OUT.json --against-backend torch_scaled_mm (or deepgemm) compares
 them with blockfp8's records of the same run.
 """
@@ -183,6 +184,14 @@ def blockfp8_call(lib, backend):
     return call
 
 
+def auto_choice_of(lib, m, n, k):
+    """The backend the default dispatcher picks for this GEMM on the current device (blockfp8.explain), or None."""
+    try:
+        return lib.explain(m, n, k, device="cuda", gemm=True).choice
+    except Exception:  # noqa: BLE001 - a failure here only leaves the field empty
+        return None
+
+
 def load_blockfp8():
     """The blockfp8 package with its CUDA backends, or (None, why)."""
     try:
@@ -300,6 +309,9 @@ def main():
                 name = "blockfp8_" + (backend or "auto")
                 obj = DeepGEMMCall(name, blockfp8_call(bf8, backend), m, qa, sa, qw, sw)
                 runs.append((obj, "call", name, bf8_note + (f" strict {backend}" if backend else " auto")))
+            # The dispatcher's choice for the cell, so that auto can be judged by the time of the backend it picks
+            # (its strict run above), apart from the noise between two timings of one kernel.
+            auto_choice = auto_choice_of(bf8, m, n, k) if bf8 is not None else None
             timed = []  # (fn, name, note, rel_err) of the runs that ran and matched the reference
             for obj, method, name, note in runs:
                 fn = getattr(obj, method)
@@ -321,9 +333,11 @@ def main():
                 flops = 2.0 * m * n * k
                 nbytes = n * k + m * k + 2 * m * n
                 print(f"{name:<20} {m:6d} {n:6d} {k:6d} {t:10.1f} {flops / t / 1e6:8.0f} {err:9.2e}", flush=True)
-                records.append(dict(backend=name, m=m, n=n, k=k, out_dtype="bf16", median_us=t,
-                                    tflops=flops / t / 1e6, gbs=nbytes / t / 1e3, config=note, rel_err=err,
-                                    l2=a.l2))
+                rec = dict(backend=name, m=m, n=n, k=k, out_dtype="bf16", median_us=t, tflops=flops / t / 1e6,
+                           gbs=nbytes / t / 1e3, config=note, rel_err=err, l2=a.l2)
+                if name == "blockfp8_auto":
+                    rec["auto_choice"] = auto_choice
+                records.append(rec)
             del runs, x, w, qa, sa, qw, sw, ref
             write_json(a.json, records)  # after every cell: a run cut short keeps what it measured
     if failures:

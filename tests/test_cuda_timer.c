@@ -20,6 +20,21 @@ static bfp8_status failing(void *ctx) {
     return bfp8_cuda_malloc(16, NULL);
 }
 
+/* Interleaved timing: each call appends its function's index to `order`; function 1 also spins the GPU, so that
+ * its times stand apart from function 0's in the [nfns][iters] output. */
+static int order[64], norder;
+#ifdef BFP8_WITH_CUDA
+int cli_cuda_launch_hold(long long cycles, void *stream); /* tools/cuda_timer_kernels.cu */
+#endif
+static bfp8_status logged(void *ctx) {
+    const int f = *(const int *)ctx;
+    if (norder < 64) order[norder++] = f;
+#ifdef BFP8_WITH_CUDA
+    if (f == 1 && cli_cuda_launch_hold(400000, NULL) != 0) return BFP8_ERR_DEVICE;
+#endif
+    return BFP8_OK;
+}
+
 /* Expects `want` and a message that contains `needle`. */
 static void expect(bfp8_status got, bfp8_status want, const char *why, const char *needle, const char *what) {
     CHECK(got == want, "%s -> %s, want %s (%s)", what, bfp8_status_name(got), bfp8_status_name(want), why);
@@ -60,6 +75,14 @@ static void check_arguments(void) {
                why, "BFP8_CUDA_TIME_HOLD_CYCLES", bad[i]);
     }
     set_hold(hold_was_set ? hold_saved : NULL);
+    bfp8_status (*fns[2])(void *) = {noop, NULL};
+    void *ctxs[2] = {NULL, NULL};
+    expect(cli_cuda_time_interleaved(fns, ctxs, 0, 0, 1, CLI_L2_KEEP, NULL, t, why, sizeof why),
+           BFP8_ERR_INVALID_ARGUMENT, why, "nfns", "no functions");
+    expect(cli_cuda_time_interleaved(fns, ctxs, 2, 0, 1, CLI_L2_KEEP, NULL, t, why, sizeof why),
+           BFP8_ERR_INVALID_ARGUMENT, why, "fns[1]", "a NULL function");
+    expect(cli_cuda_time_interleaved(NULL, ctxs, 1, 0, 1, CLI_L2_KEEP, NULL, t, why, sizeof why),
+           BFP8_ERR_INVALID_ARGUMENT, why, "NULL", "fns NULL");
     CHECK(noop_calls == 0, "fn called %d times by refused calls", noop_calls);
 }
 
@@ -97,6 +120,28 @@ static void check_timing(void) {
     set_hold(hold_was_set ? hold_saved : NULL);
 }
 
+/* Three functions, 1 warmup round and 3 timed ones: the warmup in order, then round i starting at function i % 3;
+ * function 1's spin (~200 us) shows in its own times only. */
+static void check_interleaved(void) {
+    const int ids[3] = {0, 1, 2};
+    bfp8_status (*fns[3])(void *) = {logged, logged, logged};
+    void *ctxs[3] = {(void *)&ids[0], (void *)&ids[1], (void *)&ids[2]};
+    double times[3][3];
+    char why[256];
+    norder = 0;
+    CHECK(cli_cuda_time_interleaved(fns, ctxs, 3, 1, 3, CLI_L2_CLEAN, NULL, &times[0][0], why, sizeof why) == BFP8_OK,
+          "interleaved: %s", why);
+    const int want[] = {0, 1, 2, 0, 1, 2, 1, 2, 0, 2, 0, 1};
+    CHECK(norder == 12, "%d calls, expected 12", norder);
+    for (int i = 0; i < 12 && i < norder; i++) CHECK(order[i] == want[i], "call %d ran function %d, want %d", i, order[i], want[i]);
+    for (int i = 0; i < 3; i++) {
+        CHECK(times[1][i] > 50 && times[1][i] < 1e5, "the spinning function's time %d: %g us", i, times[1][i]);
+        CHECK(times[0][i] < times[1][i] / 2 && times[2][i] < times[1][i] / 2,
+              "round %d: no-op times %g and %g us beside the spin's %g: times are not [function][round]", i,
+              times[0][i], times[2][i], times[1][i]);
+    }
+}
+
 int main(void) {
     const char *hold = getenv("BFP8_CUDA_TIME_HOLD_CYCLES");
     if ((hold_was_set = hold != NULL)) snprintf(hold_saved, sizeof hold_saved, "%s", hold);
@@ -110,5 +155,6 @@ int main(void) {
         return TEST_SUMMARY("cuda_timer");
     }
     check_timing();
+    check_interleaved();
     return TEST_SUMMARY("cuda_timer");
 }

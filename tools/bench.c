@@ -24,7 +24,8 @@ static const char USAGE[] =
     "\n"
     "Times y = x @ W^T on random block-quantized operands: the median of --iters runs per cell after --warmup\n"
     "untimed runs. Each backend runs through the dispatcher with the strict policy, so a cell it cannot run is\n"
-    "reported as n/a with the reason, never timed on another backend.\n"
+    "reported as n/a with the reason, never timed on another backend. A cell's backends are timed interleaved:\n"
+    "run i times each of them once, starting one further along the list each run.\n"
     "\n"
     "  --device D        cpu (default) or cuda (device memory, CUDA events, L2 flushed between runs)\n"
     "  --backend NAME    a backend, or all: every backend of the device except the scalar reference `ref`\n"
@@ -67,6 +68,7 @@ typedef struct bench_opts {
 /* One timed thing: a backend through the strict dispatcher, or the OpenBLAS baseline. */
 typedef struct bench_call {
     bfp8_dispatcher *d;
+    const char *backend; /* the one backend the strict policy allows */
     const bfp8_gemm_args *args;
     /* OpenBLAS baseline */
     const float *a_f32, *w_f32;
@@ -74,9 +76,12 @@ typedef struct bench_call {
     int64_t m, n, k;
 } bench_call;
 
+/* The policy is set on every call because the backends of a cell are timed interleaved on one dispatcher; it is
+ * host work, done before the GPU hold of the timer ends. */
 static bfp8_status call_gemm(void *ctx) {
     const bench_call *c = ctx;
-    return bfp8_gemm(c->d, c->args);
+    bfp8_status st = bfp8_dispatcher_set_policy(c->d, BFP8_POLICY_STRICT, c->backend);
+    return st == BFP8_OK ? bfp8_gemm(c->d, c->args) : st;
 }
 
 static bfp8_status call_openblas(void *ctx) {
@@ -174,6 +179,45 @@ static double frobenius_diff(const void *y, bfp8_dtype dt, const float *ref, int
     return test_frobenius_value(&f);
 }
 
+/* One backend's call in a cell: its arguments, with the scales in the layouts it takes and, on cuda, device copies
+ * of every operand (each backend its own, so that none reads what another left in place). */
+typedef struct backend_run {
+    bfp8_gemm_args g;
+    bench_call call;
+    void *sa_data, *sb_data, *dev[5];
+} backend_run;
+
+static bfp8_status backend_run_prepare(backend_run *r, const bfp8_backend *be, const bench_opts *o,
+                                       const bfp8_scales *sa, const bfp8_scales *sb, size_t a_bytes, size_t b_bytes,
+                                       size_t y_bytes) {
+    /* The layouts bfp8_linear would hand the backend; row-major where it consumes none of this format's, and the
+     * strict call says why it cannot run. */
+    const uint32_t layouts = bfp8_scale_layouts_for(o->format);
+    const bfp8_problem lp = {.a_layouts = layouts, .b_layouts = layouts};
+    bfp8_scale_layout la = BFP8_LAYOUT_ROW_MAJOR, lb = BFP8_LAYOUT_ROW_MAJOR;
+    (void)bfp8_backend_layouts(be, &lp, &la, &lb);
+    bfp8_status st = scales_in_layout(sa, la, &r->g.a_scales, &r->sa_data);
+    if (st == BFP8_OK) st = scales_in_layout(sb, lb, &r->g.b_scales, &r->sb_data);
+    if (st != BFP8_OK || o->device != BFP8_DEVICE_CUDA) return st;
+    r->dev[0] = dev_copy(r->g.a, a_bytes, &st);
+    r->dev[1] = dev_copy(r->g.b, b_bytes, &st);
+    r->dev[2] = dev_copy(r->sa_data, bfp8_scales_bytes(la, sa->rows, sa->kblocks), &st);
+    r->dev[3] = dev_copy(r->sb_data, bfp8_scales_bytes(lb, sb->rows, sb->kblocks), &st);
+    r->dev[4] = dev_copy(NULL, y_bytes, &st);
+    if (st != BFP8_OK) return st;
+    r->g.a = r->dev[0], r->g.b = r->dev[1], r->g.a_scales.data = r->dev[2], r->g.b_scales.data = r->dev[3];
+    r->g.y = r->dev[4];
+    return BFP8_OK;
+}
+
+static void backend_run_release(backend_run *r) {
+    for (int i = 0; i < 5; i++)
+        if (r->dev[i]) bfp8_cuda_free(r->dev[i]);
+    free(r->sa_data);
+    free(r->sb_data);
+    *r = (backend_run){0};
+}
+
 /* Runs every backend (and the baseline) on one shape for every M. */
 static int bench_shape(bench_state *s, int64_t n, int64_t k, test_rng *rng) {
     const bench_opts *o = s->o;
@@ -244,67 +288,56 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, test_rng *rng) {
             call_openblas(&base_call);
             cli_openblas_settle();
         }
+        /* Each backend's operands (its scale layouts; device copies on cuda), then one untimed call: a backend
+         * that cannot run the cell says why (n/a) and is not timed. The others are timed together, interleaved. */
+        backend_run runs[MAX_BACKENDS] = {0};
+        bfp8_status (*fns[MAX_BACKENDS])(void *ctx);
+        void *ctxs[MAX_BACKENDS];
+        int timed[MAX_BACKENDS], ntimed = 0;
         for (int bi = 0; bi < s->nbackends && rc == CLI_OK; bi++) {
             const bfp8_backend *be = s->backends[bi];
-            /* The layouts bfp8_linear would hand the backend; row-major where it consumes none of this format's,
-             * and the strict call below says why it cannot run. */
-            const uint32_t layouts = bfp8_scale_layouts_for(o->format);
-            const bfp8_problem lp = {.a_layouts = layouts, .b_layouts = layouts};
-            bfp8_scale_layout la = BFP8_LAYOUT_ROW_MAJOR, lb = BFP8_LAYOUT_ROW_MAJOR;
-            (void)bfp8_backend_layouts(be, &lp, &la, &lb);
-            bfp8_scales sa_l = {0}, sb_l = {0};
-            void *sa_data = NULL, *sb_data = NULL, *dev[5] = {0};
-            bfp8_gemm_args g = {.m = m, .n = n, .k = k, .a = qa, .b = qb, .y = y, .y_dtype = o->out_dtype,
-                                .device = o->device};
-            if ((st = scales_in_layout(&sa_desc, la, &sa_l, &sa_data)) != BFP8_OK ||
-                (st = scales_in_layout(&sb_desc, lb, &sb_l, &sb_data)) != BFP8_OK) {
-                rc = cli_lib_error(cmd, "scale layout", st);
-                goto next_backend;
-            }
-            g.a_scales = sa_l, g.b_scales = sb_l;
-            if (o->device == BFP8_DEVICE_CUDA) {
-                dev[0] = dev_copy(qa, mk, &st);
-                dev[1] = dev_copy(qb, nk, &st);
-                dev[2] = dev_copy(sa_data, bfp8_scales_bytes(la, m, kb), &st);
-                dev[3] = dev_copy(sb_data, bfp8_scales_bytes(lb, nb, kb), &st);
-                dev[4] = dev_copy(NULL, ysz * mn, &st);
-                if (st != BFP8_OK) {
-                    rc = cli_lib_error(cmd, "device buffers", st);
-                    goto next_backend;
-                }
-                g.a = dev[0], g.b = dev[1], g.a_scales.data = dev[2], g.b_scales.data = dev[3], g.y = dev[4];
-            }
-            if ((st = bfp8_dispatcher_set_policy(s->d, BFP8_POLICY_STRICT, be->name)) != BFP8_OK) {
-                rc = cli_lib_error(cmd, "policy", st);
-                goto next_backend;
+            backend_run *r = &runs[bi];
+            r->g = (bfp8_gemm_args){.m = m, .n = n, .k = k, .a = qa, .b = qb, .y = y, .y_dtype = o->out_dtype,
+                                    .device = o->device};
+            r->call = (bench_call){.d = s->d, .backend = be->name, .args = &r->g};
+            if ((st = backend_run_prepare(r, be, o, &sa_desc, &sb_desc, mk, nk, ysz * mn)) != BFP8_OK) {
+                rc = cli_lib_error(cmd, "operands", st);
+                break;
             }
             fprintf(stderr, "bench: [%d/%d] %s M=%" PRId64 " N=%" PRId64 " K=%" PRId64 "\n", s->cells + 1,
                     s->cells_total, be->name, m, n, k);
-            bench_call bc = {.d = s->d, .args = &g};
-            char why[BFP8_REASON_MAX];
-            st = cli_time_median(o->device, (int)o->warmup, (int)o->iters, o->l2, call_gemm, &bc, &bk_us[bi], why, sizeof why);
+            st = call_gemm(&r->call);
             if (st == BFP8_ERR_UNSUPPORTED) { /* strict: this backend cannot run this cell; say why, go on */
                 printf("%-10s %6" PRId64 " %6" PRId64 " %6" PRId64 " %10s   n/a: %s\n", be->name, m, n, k, "n/a",
-                       why);
-                goto next_backend;
+                       bfp8_last_error());
+                continue;
             }
+            if (st == BFP8_OK && o->device == BFP8_DEVICE_CUDA) st = bfp8_cuda_synchronize(NULL);
             if (st != BFP8_OK) {
-                rc = cli_error(CLI_FAIL, cmd, "%s: %s: %s", be->name, bfp8_status_name(st), why);
-                goto next_backend;
+                rc = cli_error(CLI_FAIL, cmd, "%s: %s: %s", be->name, bfp8_status_name(st), bfp8_last_error());
+                break;
             }
-            bk_ran[bi] = true;
             /* A guard, not the accuracy test (`blockfp8 check` is): the same operands as the baseline. */
             if (c_f32 && mn > 0) {
                 double e = frobenius_diff(y, o->out_dtype, c_f32, (int64_t)mn);
                 if (!(e <= 1e-2))
                     fprintf(stderr, "bench: warning: %s differs from the baseline by %.3g (relative)\n", be->name, e);
             }
-        next_backend:
-            for (int i = 0; i < 5; i++)
-                if (dev[i]) bfp8_cuda_free(dev[i]);
-            free(sa_data);
-            free(sb_data);
+            fns[ntimed] = call_gemm, ctxs[ntimed] = &r->call, timed[ntimed++] = bi;
         }
+        if (rc == CLI_OK && ntimed > 0) {
+            double med[MAX_BACKENDS];
+            char why[BFP8_REASON_MAX];
+            const int warmup = o->warmup > 0 ? (int)o->warmup - 1 : 0; /* the call above was one */
+            st = cli_time_medians(o->device, warmup, (int)o->iters, o->l2, fns, ctxs, ntimed, med, why, sizeof why);
+            if (st != BFP8_OK) {
+                rc = cli_error(CLI_FAIL, cmd, "timing M=%" PRId64 " N=%" PRId64 " K=%" PRId64 ": %s: %s", m, n, k,
+                               bfp8_status_name(st), why);
+            } else {
+                for (int t = 0; t < ntimed; t++) bk_us[timed[t]] = med[t], bk_ran[timed[t]] = true;
+            }
+        }
+        for (int bi = 0; bi < s->nbackends; bi++) backend_run_release(&runs[bi]);
         if (rc != CLI_OK) goto next_m;
         double base_us = s->first_is_baseline && bk_ran[0] ? bk_us[0] : 0;
         /* The baseline is timed after the backends: OpenBLAS's workers keep spinning for a while after a call

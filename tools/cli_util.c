@@ -256,27 +256,40 @@ bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, 
     return bfp8_safetensors_write_ex(path, tensors, count, &options);
 }
 
-bfp8_status cli_time_median(bfp8_device device, int warmup, int iters, cli_l2_flush flush, bfp8_status (*fn)(void *ctx),
-                            void *ctx, double *median_us, char *why, size_t why_size) {
-    double *t = malloc(sizeof(double) * (size_t)(iters > 0 ? iters : 1));
+bfp8_status cli_time_medians(bfp8_device device, int warmup, int iters, cli_l2_flush flush,
+                             bfp8_status (*const *fns)(void *ctx), void *const *ctxs, int nfns, double *median_us,
+                             char *why, size_t why_size) {
     why[0] = '\0';
+    if (nfns <= 0 || iters <= 0) {
+        snprintf(why, why_size, "nfns=%d iters=%d (need both > 0)", nfns, iters);
+        return BFP8_ERR_INVALID_ARGUMENT;
+    }
+    double *t = malloc(sizeof(double) * (size_t)nfns * (size_t)iters);
     if (!t) {
         snprintf(why, why_size, "out of memory");
         return BFP8_ERR_OUT_OF_MEMORY;
     }
     bfp8_status st = BFP8_OK;
     if (device == BFP8_DEVICE_CUDA) {
-        st = cli_cuda_time(fn, ctx, warmup, iters, flush, NULL, t, why, why_size);
-    } else {
-        for (int i = 0; i < warmup && st == BFP8_OK; i++) st = fn(ctx);
-        for (int i = 0; i < iters && st == BFP8_OK; i++) {
-            double t0 = cli_now();
-            st = fn(ctx);
-            t[i] = (cli_now() - t0) * 1e6;
-        }
+        st = cli_cuda_time_interleaved(fns, ctxs, nfns, warmup, iters, flush, NULL, t, why, why_size);
+    } else { /* the same rounds, on the host's clock */
+        for (int i = 0; i < warmup && st == BFP8_OK; i++)
+            for (int f = 0; f < nfns && st == BFP8_OK; f++) st = fns[f](ctxs[f]);
+        for (int i = 0; i < iters && st == BFP8_OK; i++)
+            for (int j = 0; j < nfns && st == BFP8_OK; j++) {
+                const int f = (i + j) % nfns;
+                double t0 = cli_now();
+                st = fns[f](ctxs[f]);
+                t[(size_t)f * (size_t)iters + (size_t)i] = (cli_now() - t0) * 1e6;
+            }
     }
     if (st != BFP8_OK && !why[0]) snprintf(why, why_size, "%s", bfp8_last_error());
-    if (st == BFP8_OK) *median_us = cli_median(t, iters);
+    for (int f = 0; f < nfns && st == BFP8_OK; f++) median_us[f] = cli_median(t + (size_t)f * (size_t)iters, iters);
     free(t);
     return st;
+}
+
+bfp8_status cli_time_median(bfp8_device device, int warmup, int iters, cli_l2_flush flush, bfp8_status (*fn)(void *ctx),
+                            void *ctx, double *median_us, char *why, size_t why_size) {
+    return cli_time_medians(device, warmup, iters, flush, &fn, &ctx, 1, median_us, why, why_size);
 }

@@ -52,8 +52,12 @@ static bfp8_status cuda_fail(int err, char *why, size_t why_size, const char *wh
     return fail(BFP8_ERR_DEVICE, why, why_size, "%s: %s", what, cudaGetErrorString((cudaError_t)err));
 }
 
-static bfp8_status time_calls(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, cli_l2_flush flush,
-                              long long hold, cudaStream_t s, double *times_us, char *why, size_t why_size) {
+/* Times fns[f](ctxs[f]) for every f, interleaved: round i times each once, starting at f = i % nfns, so that every
+ * function meets the same conditions (clocks, temperature) as the others and none is always timed first or
+ * last. times_us is [nfns][iters]. */
+static bfp8_status time_calls(bfp8_status (*const *fns)(void *ctx), void *const *ctxs, int nfns, int warmup,
+                              int iters, cli_l2_flush flush, long long hold, cudaStream_t s, double *times_us,
+                              char *why, size_t why_size) {
     int dev = 0, l2_bytes = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev);
@@ -61,11 +65,12 @@ static bfp8_status time_calls(bfp8_status (*fn)(void *ctx), void *ctx, int warmu
     /* Twice the L2's size, read or written, evicts whatever the previous call left there. The last word is the
      * read kernel's sink. */
     const size_t flush_bytes = flush != CLI_L2_KEEP ? 2 * (size_t)(l2_bytes > 0 ? l2_bytes : 64 << 20) : 0;
+    const size_t calls = (size_t)nfns * (size_t)iters;
     void *buf = NULL;
-    cudaEvent_t *ev = calloc(2 * (size_t)iters, sizeof *ev);
-    if (!ev) return fail(BFP8_ERR_OUT_OF_MEMORY, why, why_size, "%d events", 2 * iters);
+    cudaEvent_t *ev = calloc(2 * calls, sizeof *ev);
+    if (!ev) return fail(BFP8_ERR_OUT_OF_MEMORY, why, why_size, "%zu events", 2 * calls);
     bfp8_status st = BFP8_OK;
-    int created = 0;
+    size_t created = 0;
     if (flush_bytes) {
         err = cudaMalloc(&buf, flush_bytes + 16);
         /* Written once (untimed), so that the clean flush reads initialized memory. */
@@ -75,31 +80,36 @@ static bfp8_status time_calls(bfp8_status (*fn)(void *ctx), void *ctx, int warmu
             goto done;
         }
     }
-    for (; created < 2 * iters; created++) {
+    for (; created < 2 * calls; created++) {
         err = cudaEventCreate(&ev[created]);
         if (err != cudaSuccess) {
             st = cuda_fail(err, why, why_size, "cudaEventCreate");
             goto done;
         }
     }
-    for (int i = 0; i < warmup && st == BFP8_OK; i++) st = fn(ctx);
+    for (int i = 0; i < warmup && st == BFP8_OK; i++)
+        for (int f = 0; f < nfns && st == BFP8_OK; f++) st = fns[f](ctxs[f]);
     for (int i = 0; i < iters && st == BFP8_OK; i++) {
-        if (flush == CLI_L2_DIRTY)
-            err = (cudaError_t)cli_cuda_launch_fill(buf, flush_bytes, (unsigned)i, s);
-        else if (flush == CLI_L2_CLEAN)
-            err = (cudaError_t)cli_cuda_launch_read(buf, flush_bytes, (unsigned *)((char *)buf + flush_bytes), s);
-        /* The GPU then spins before the start event, so that the time to enqueue the call on the host can never
-         * show in it (a Python launch costs tens of us; bench/triton_baseline.py holds the same way, and the two
-         * are compared in one table). */
-        if (err == cudaSuccess && hold) err = (cudaError_t)cli_cuda_launch_hold(hold, s);
-        if (err != cudaSuccess) {
-            st = cuda_fail(err, why, why_size, "L2 flush or hold");
-            break;
+        for (int j = 0; j < nfns && st == BFP8_OK; j++) {
+            const int f = (i + j) % nfns;
+            cudaEvent_t *e = &ev[2 * ((size_t)f * (size_t)iters + (size_t)i)];
+            if (flush == CLI_L2_DIRTY)
+                err = (cudaError_t)cli_cuda_launch_fill(buf, flush_bytes, (unsigned)(i * nfns + j), s);
+            else if (flush == CLI_L2_CLEAN)
+                err = (cudaError_t)cli_cuda_launch_read(buf, flush_bytes, (unsigned *)((char *)buf + flush_bytes), s);
+            /* The GPU then spins before the start event, so that the time to enqueue the call on the host can
+             * never show in it (a Python launch costs tens of us; bench/triton_baseline.py holds the same way, and
+             * the two are compared in one table). */
+            if (err == cudaSuccess && hold) err = (cudaError_t)cli_cuda_launch_hold(hold, s);
+            if (err != cudaSuccess) {
+                st = cuda_fail(err, why, why_size, "L2 flush or hold");
+                break;
+            }
+            err = cudaEventRecord(e[0], s);
+            if (err == cudaSuccess) st = fns[f](ctxs[f]);
+            if (err == cudaSuccess && st == BFP8_OK) err = cudaEventRecord(e[1], s);
+            if (err != cudaSuccess) st = cuda_fail(err, why, why_size, "cudaEventRecord");
         }
-        err = cudaEventRecord(ev[2 * i], s);
-        if (err == cudaSuccess) st = fn(ctx);
-        if (err == cudaSuccess && st == BFP8_OK) err = cudaEventRecord(ev[2 * i + 1], s);
-        if (err != cudaSuccess) st = cuda_fail(err, why, why_size, "cudaEventRecord");
     }
     /* fn's own failure: its status as it came, its message in why. */
     if (st != BFP8_OK && why && why_size && !why[0]) snprintf(why, why_size, "%s", bfp8_last_error());
@@ -107,28 +117,31 @@ static bfp8_status time_calls(bfp8_status (*fn)(void *ctx), void *ctx, int warmu
         err = cudaStreamSynchronize(s);
         if (err != cudaSuccess) st = cuda_fail(err, why, why_size, "the timed calls failed");
     }
-    for (int i = 0; i < iters && st == BFP8_OK; i++) {
+    for (size_t c = 0; c < calls && st == BFP8_OK; c++) {
         float ms = 0;
-        err = cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]);
+        err = cudaEventElapsedTime(&ms, ev[2 * c], ev[2 * c + 1]);
         if (err != cudaSuccess) st = cuda_fail(err, why, why_size, "cudaEventElapsedTime");
-        times_us[i] = (double)ms * 1000.0;
+        times_us[c] = (double)ms * 1000.0;
     }
 done:
     if (st != BFP8_OK) (void)cudaStreamSynchronize(s);
-    for (int i = 0; i < created; i++) cudaEventDestroy(ev[i]);
+    for (size_t c = 0; c < created; c++) cudaEventDestroy(ev[c]);
     free(ev);
     if (buf) cudaFree(buf);
     return st;
 }
 #endif
 
-bfp8_status cli_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, cli_l2_flush flush,
-                          void *stream, double *times_us, char *why, size_t why_size) {
+bfp8_status cli_cuda_time_interleaved(bfp8_status (*const *fns)(void *ctx), void *const *ctxs, int nfns, int warmup,
+                                      int iters, cli_l2_flush flush, void *stream, double *times_us, char *why,
+                                      size_t why_size) {
     if (why && why_size) why[0] = '\0';
-    if (!fn || !times_us) return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "fn or times_us is NULL");
-    if (warmup < 0 || iters <= 0)
-        return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "warmup=%d iters=%d (need warmup >= 0, iters > 0)",
-                    warmup, iters);
+    if (!fns || !ctxs || !times_us) return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "fns, ctxs or times_us is NULL");
+    if (nfns <= 0 || warmup < 0 || iters <= 0)
+        return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size,
+                    "nfns=%d warmup=%d iters=%d (need nfns > 0, warmup >= 0, iters > 0)", nfns, warmup, iters);
+    for (int f = 0; f < nfns; f++)
+        if (!fns[f]) return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "fns[%d] is NULL", f);
     if (flush != CLI_L2_KEEP && flush != CLI_L2_CLEAN && flush != CLI_L2_DIRTY)
         return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "unknown L2 flush mode %d", (int)flush);
     long long hold = 0;
@@ -137,10 +150,18 @@ bfp8_status cli_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, i
     char reason[BFP8_REASON_MAX] = "";
     if (!bfp8_cuda_available(reason, sizeof reason)) return fail(BFP8_ERR_UNSUPPORTED, why, why_size, "%s", reason);
 #ifdef BFP8_WITH_CUDA
-    return time_calls(fn, ctx, warmup, iters, flush, hold, (cudaStream_t)stream, times_us, why, why_size);
+    return time_calls(fns, ctxs, nfns, warmup, iters, flush, hold, (cudaStream_t)stream, times_us, why, why_size);
 #else
-    (void)ctx, (void)stream;
+    (void)stream;
     return fail(BFP8_ERR_UNSUPPORTED, why, why_size, "built without CUDA");
 #endif
 }
 
+bfp8_status cli_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, cli_l2_flush flush,
+                          void *stream, double *times_us, char *why, size_t why_size) {
+    if (!fn) {
+        if (why && why_size) why[0] = '\0';
+        return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "fn or times_us is NULL");
+    }
+    return cli_cuda_time_interleaved(&fn, &ctx, 1, warmup, iters, flush, stream, times_us, why, why_size);
+}
