@@ -259,7 +259,11 @@ int64_t bfp8_hopper_normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_cei
  *  - otherwise the normal path, 64-wide weight tiles when their waves cost no more than the 128-wide tiles' waves:
  *    a 64-wide tile takes about 2/3 of a 128-wide one's time (measured 37 vs 56 us a wave at M = 512 and 4096,
  *    7168x16384), so 2 x waves(64) <= 3 x waves(128). That picks 64 for the few-tile shapes (M=128 with N <= 24576,
- *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest.
+ *    M=512 N=2112: 11.8-22.2 us against 14.4-28.9 with 128-wide tiles) and 128 for the rest;
+ *  - but 64-wide weight tiles wherever K has at most SHORT_K_BLOCKS blocks and M <= SHORT_K_NARROW_M: each unit is
+ *    then a few K blocks, and the 128-wide kernel lost 1.2-1.8 us a call when other kernels ran between its calls,
+ *    which the 64-wide ones did not (an H100, 32768x512 at M = 16 / 64 / 128, timed interleaved: 13.0 / 14.1 / 15.4
+ *    us against 12.4 / 12.9 / 14.3; timed alone the 128-wide tiles were 3-6% faster; docs/hopper.md design log 92).
  * knobs->tile_* (BFP8_HOPPER_TILE) override the choice. */
 bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms, const bfp8_hopper_cluster_fit *fit,
                                        const bfp8_hopper_knobs *knobs) {
@@ -279,8 +283,9 @@ bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms,
     }
     const int64_t waves64 = bfp8_ceil_div(bfp8_hopper_normal_tiles(m, n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(bfp8_hopper_normal_tiles(m, n, 128), sms);
+    const bool short_k = bfp8_ceil_div(k, kBK) <= BFP8_HOPPER_SHORT_K_BLOCKS && m <= BFP8_HOPPER_SHORT_K_NARROW_M;
     const bfp8_hopper_plan nrm =
-        plan_tiling(false, rows, 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, fit, knobs);
+        plan_tiling(false, rows, short_k || 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, fit, knobs);
     /* Too few tiles to fill 3/4 of the SMs, which the plan makes up for by splitting K: 64-row tiles instead (one
      * consumer warpgroup each), as wide as gives the most tiles up to one wave, each with the whole K and no sum of
      * splits, if they fill 3/4 of the SMs and load at most 1.5x the split units' bytes per CTA. On the H100 (design

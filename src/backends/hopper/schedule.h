@@ -19,6 +19,7 @@ enum {
     BFP8_HOPPER_GROUP_P = 8,  /* rasterization: groups of 8 P tiles walk Q together (L2 reuse); the default */
     BFP8_HOPPER_GROUP_P_SHORT_K = 32, /* ... and of 32 on the normal path where K is at most SHORT_K_BLOCKS blocks */
     BFP8_HOPPER_SHORT_K_BLOCKS = 4,
+    BFP8_HOPPER_SHORT_K_NARROW_M = 128, /* ... where also 64-wide weight tiles on the normal path up to this M */
     BFP8_HOPPER_MAX_SPLIT_CLUSTER = 8, /* the largest cluster that sums K splits: the portable cluster size */
 };
 
