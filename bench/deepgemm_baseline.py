@@ -30,7 +30,7 @@ events around the call; the median. A cell's methods are timed interleaved (benc
 them runs only after the others have heated the GPU. Each cell's output is checked against an fp32 product of the dequantized
 operands (relative Frobenius error under 1e-2 for bf16 output) before it is timed. Records are those of
 `blockfp8 bench --json` (backend, m, n, k, out_dtype, median_us, tflops, gbs) plus config, rel_err and l2 (and, for
-blockfp8_auto, auto_choice: the backend blockfp8.explain says the dispatcher picks for the cell), so that
+blockfp8_auto, auto_choice: the backend its untimed call ran, from blockfp8.stats()), so that
 scripts/compare-anchors.py BENCH_JSON --against OUT.json --against-backend torch_scaled_mm (or deepgemm) compares
 them with blockfp8's records of the same run.
 """
@@ -184,12 +184,12 @@ def blockfp8_call(lib, backend):
     return call
 
 
-def auto_choice_of(lib, m, n, k):
-    """The backend the default dispatcher picks for this GEMM on the current device (blockfp8.explain), or None."""
-    try:
-        return lib.explain(m, n, k, device="cuda", gemm=True).choice
-    except Exception:  # noqa: BLE001 - a failure here only leaves the field empty
-        return None
+def backend_that_ran(before, after):
+    """The one backend whose call count grew between two blockfp8.stats()["calls"], or None: the dispatcher's
+    choice for a call, so that auto can be judged by the time of the backend it picked (its strict run), apart from
+    the noise between two timings of one kernel."""
+    grew = [b for b, n in after.items() if n > before.get(b, 0)]
+    return grew[0] if len(grew) == 1 else None
 
 
 def load_blockfp8():
@@ -309,16 +309,17 @@ def main():
                 name = "blockfp8_" + (backend or "auto")
                 obj = DeepGEMMCall(name, blockfp8_call(bf8, backend), m, qa, sa, qw, sw)
                 runs.append((obj, "call", name, bf8_note + (f" strict {backend}" if backend else " auto")))
-            # The dispatcher's choice for the cell, so that auto can be judged by the time of the backend it picks
-            # (its strict run above), apart from the noise between two timings of one kernel.
-            auto_choice = auto_choice_of(bf8, m, n, k) if bf8 is not None else None
+            auto_choice = None
             timed = []  # (fn, name, note, rel_err) of the runs that ran and matched the reference
             for obj, method, name, note in runs:
                 fn = getattr(obj, method)
                 obj.output().fill_(float("nan"))  # poison: every element must be written
                 try:
+                    before = bf8.stats()["calls"] if name == "blockfp8_auto" else None
                     fn()  # DeepGEMM compiles its kernel for the shape here
                     torch.cuda.synchronize()
+                    if before is not None:
+                        auto_choice = backend_that_ran(before, bf8.stats()["calls"])
                 except (RuntimeError, AssertionError) as e:  # (blockfp8.Error derives from RuntimeError)
                     print(f"{name:<20} {m:6d} {n:6d} {k:6d} n/a: {str(e).strip().splitlines()[0]}", flush=True)
                     continue

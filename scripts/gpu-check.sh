@@ -274,7 +274,8 @@ picked = [c[choice[key]] / min(c["blockfp8_hopper"], c["blockfp8_cublaslt"]) for
           if key in choice and {choice[key], "blockfp8_hopper", "blockfp8_cublaslt"} <= c.keys()]
 if picked:
     print(f"auto's choice against the faster of hopper and cublaslt: {geomean(picked):.4f}x the time, within 1% "
-          f"in {sum(x <= 1.01 for x in picked)} of {len(picked)} cells")
+          f"in {sum(x <= 1.01 for x in picked)} of {len(picked)} cells ({len(cells) - len(picked)} cells left out: "
+          f"no recorded choice, or no strict run of it or of both backends)")
 PY
     echo "  clocks during side: $(clocks_summary side)"
 fi

@@ -77,11 +77,11 @@ static void check_arguments(void) {
     set_hold(hold_was_set ? hold_saved : NULL);
     bfp8_status (*fns[2])(void *) = {noop, NULL};
     void *ctxs[2] = {NULL, NULL};
-    expect(cli_cuda_time_interleaved(fns, ctxs, 0, 0, 1, CLI_L2_KEEP, NULL, t, why, sizeof why),
+    expect(cli_cuda_time_interleaved(fns, ctxs, 0, 0, 1, CLI_L2_KEEP, NULL, t, NULL, why, sizeof why),
            BFP8_ERR_INVALID_ARGUMENT, why, "nfns", "no functions");
-    expect(cli_cuda_time_interleaved(fns, ctxs, 2, 0, 1, CLI_L2_KEEP, NULL, t, why, sizeof why),
+    expect(cli_cuda_time_interleaved(fns, ctxs, 2, 0, 1, CLI_L2_KEEP, NULL, t, NULL, why, sizeof why),
            BFP8_ERR_INVALID_ARGUMENT, why, "fns[1]", "a NULL function");
-    expect(cli_cuda_time_interleaved(NULL, ctxs, 1, 0, 1, CLI_L2_KEEP, NULL, t, why, sizeof why),
+    expect(cli_cuda_time_interleaved(NULL, ctxs, 1, 0, 1, CLI_L2_KEEP, NULL, t, NULL, why, sizeof why),
            BFP8_ERR_INVALID_ARGUMENT, why, "NULL", "fns NULL");
     CHECK(noop_calls == 0, "fn called %d times by refused calls", noop_calls);
 }
@@ -129,17 +129,28 @@ static void check_interleaved(void) {
     double times[3][3];
     char why[256];
     norder = 0;
-    CHECK(cli_cuda_time_interleaved(fns, ctxs, 3, 1, 3, CLI_L2_CLEAN, NULL, &times[0][0], why, sizeof why) == BFP8_OK,
+    int failed = 7;
+    CHECK(cli_cuda_time_interleaved(fns, ctxs, 3, 1, 3, CLI_L2_CLEAN, NULL, &times[0][0], &failed, why, sizeof why) ==
+              BFP8_OK,
           "interleaved: %s", why);
+    CHECK(failed == -1, "no call failed, but failed = %d", failed);
     const int want[] = {0, 1, 2, 0, 1, 2, 1, 2, 0, 2, 0, 1};
     CHECK(norder == 12, "%d calls, expected 12", norder);
-    for (int i = 0; i < 12 && i < norder; i++) CHECK(order[i] == want[i], "call %d ran function %d, want %d", i, order[i], want[i]);
+    for (int i = 0; i < 12 && i < norder; i++)
+        CHECK(order[i] == want[i], "call %d ran function %d, want %d", i, order[i], want[i]);
     for (int i = 0; i < 3; i++) {
         CHECK(times[1][i] > 50 && times[1][i] < 1e5, "the spinning function's time %d: %g us", i, times[1][i]);
-        CHECK(times[0][i] < times[1][i] / 2 && times[2][i] < times[1][i] / 2,
+        CHECK(times[0][i] < 50 && times[2][i] < 50 && times[0][i] < times[1][i] / 2 && times[2][i] < times[1][i] / 2,
               "round %d: no-op times %g and %g us beside the spin's %g: times are not [function][round]", i,
               times[0][i], times[2][i], times[1][i]);
     }
+    /* A failing function: its status and message as they came, and its index. */
+    bfp8_status (*two[2])(void *) = {noop, failing};
+    void *none[2] = {NULL, NULL};
+    noop_calls = 0;
+    expect(cli_cuda_time_interleaved(two, none, 2, 0, 3, CLI_L2_KEEP, NULL, &times[0][0], &failed, why, sizeof why),
+           BFP8_ERR_INVALID_ARGUMENT, why, "ptr is NULL", "the second function fails");
+    CHECK(failed == 1 && noop_calls == 2, "failed = %d after %d calls, want 1 after 2", failed, noop_calls);
 }
 
 int main(void) {

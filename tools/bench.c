@@ -39,13 +39,15 @@ static const char USAGE[] =
     "                    ratio = baseline time / backend time, so above 1 is faster\n"
     "  --json FILE       records {backend, m, n, k, out_dtype, median_us, tflops, gbs[, baseline_ratio]}\n"
     "  --iters N         timed runs per cell (default 5 on cpu, 50 on cuda)\n"
-    "  --warmup N        untimed runs first (default 1 on cpu, 5 on cuda)\n"
+    "  --warmup N        untimed runs first (default 1 on cpu, 5 on cuda; at least 1: the run that checks the\n"
+    "                    backend can run the cell)\n"
     "  --threads N       CPU threads (default: BFP8_NUM_THREADS or every core)\n"
     "  --seed S          random data seed (default: fresh)\n"
     "  --l2 F            cuda: the L2 before each timed run. clean (default): a read of twice its size, so no\n"
     "                    operand is cached and no line is dirty; dirty: a write of that size (no operand cached,\n"
     "                    but the run pays to write back the flush's dirty lines, as after PyTorch's zero_());\n"
-    "                    keep: no flush\n";
+    "                    keep: no flush (each backend has its own operands and a cell's backends alternate, so a\n"
+    "                    call finds in the L2 what the one before it left)\n";
 
 #define MAX_SHAPES 32
 #define MAX_MS 32
@@ -329,9 +331,12 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, test_rng *rng) {
             double med[MAX_BACKENDS];
             char why[BFP8_REASON_MAX];
             const int warmup = o->warmup > 0 ? (int)o->warmup - 1 : 0; /* the call above was one */
-            st = cli_time_medians(o->device, warmup, (int)o->iters, o->l2, fns, ctxs, ntimed, med, why, sizeof why);
+            int failed = -1;
+            st = cli_time_medians(o->device, warmup, (int)o->iters, o->l2, fns, ctxs, ntimed, med, &failed, why,
+                                  sizeof why);
             if (st != BFP8_OK) {
-                rc = cli_error(CLI_FAIL, cmd, "timing M=%" PRId64 " N=%" PRId64 " K=%" PRId64 ": %s: %s", m, n, k,
+                rc = cli_error(CLI_FAIL, cmd, "%s M=%" PRId64 " N=%" PRId64 " K=%" PRId64 ": %s: %s",
+                               failed >= 0 ? s->backends[timed[failed]]->name : "timing", m, n, k,
                                bfp8_status_name(st), why);
             } else {
                 for (int t = 0; t < ntimed; t++) bk_us[timed[t]] = med[t], bk_ran[timed[t]] = true;

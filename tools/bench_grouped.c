@@ -126,11 +126,15 @@ static bfp8_status time_pair(const gb_opts *o, bfp8_status (*a)(void *), bfp8_st
     void *ctxs[2] = {ctx, ctx};
     double med[2];
     char why[BFP8_REASON_MAX];
-    bfp8_status st = cli_time_medians(o->device, (int)o->warmup, (int)o->iters, CLI_L2_CLEAN, fns, ctxs, 2, med, why,
-                                      sizeof why);
-    if (st != BFP8_OK) cli_error(CLI_FAIL, "bench", "%s", why);
+    int failed = -1;
+    bfp8_status st = cli_time_medians(o->device, (int)o->warmup, (int)o->iters, CLI_L2_CLEAN, fns, ctxs, 2, med,
+                                      &failed, why, sizeof why);
+    if (st != BFP8_OK) {
+        cli_error(CLI_FAIL, "bench", "%s: %s", failed == 0 ? "grouped call" : failed == 1 ? "baseline" : "timing", why);
+        return st;
+    }
     *a_us = med[0], *b_us = med[1];
-    return st;
+    return BFP8_OK;
 }
 
 static void json_cell(FILE *j, bool *first, const gb_opts *o, const char *layer, const gb_cell *c, const char *who,
@@ -230,9 +234,13 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
         const bfp8_backend *be = c.call.backend;
         double us = 0, base_us = 0;
         gb_call call = {.d = d, .c = &c};
-        if (st == BFP8_OK)
-            fprintf(stderr, "bench: %s %s G=%" PRId64 " T=%" PRId64 " on %s\n", bfp8_grouped_layout_name(o->layout), layer,
-                    G, c.tokens, be->name);
+        if (st == BFP8_OK) {
+            fprintf(stderr, "bench: %s %s G=%" PRId64 " T=%" PRId64 " on %s\n", bfp8_grouped_layout_name(o->layout),
+                    layer, G, c.tokens, be->name);
+            /* One untimed call: a failure here is the grouped call's, never the baseline's. */
+            st = call_grouped(&call);
+            if (st == BFP8_OK && cuda_device(o)) st = bfp8_cuda_synchronize(NULL);
+        }
         /* The baseline: one dense call per expert on its rows. */
         bool have_base = false;
         if (st == BFP8_OK && o->baseline && strcmp(o->baseline, "none") != 0) {
@@ -293,26 +301,29 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
             if (st == BFP8_OK) {
                 fprintf(stderr, "bench: %s %s G=%" PRId64 " T=%" PRId64 " baseline %s per expert\n",
                         bfp8_grouped_layout_name(o->layout), layer, G, c.tokens, o->baseline);
-                if (cuda_device(o)) {
-                    /* One untimed call says whether the baseline runs here; then both are timed interleaved. */
-                    if ((st = call_baseline(&call)) == BFP8_OK) st = bfp8_cuda_synchronize(NULL);
-                    if (st == BFP8_OK) st = time_pair(o, call_grouped, call_baseline, &call, &us, &base_us);
-                } else {
-                    /* The grouped call first: OpenBLAS's workers spin for a while after a call and would steal
-                     * its cores. Then let them go idle before the next cell. */
-                    st = time_it(o, call_grouped, &call, &us);
-                    if (st == BFP8_OK) st = time_it(o, call_baseline, &call, &base_us);
-                    nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 300000000}, NULL);
-                }
-                have_base = st == BFP8_OK;
+                /* cuda: one untimed call says whether cuBLASLt runs the experts' shape. (Not on the CPU, where
+                 * OpenBLAS always runs and its spinning workers would slow the grouped call timed next.) */
+                if (cuda_device(o) && (st = call_baseline(&call)) == BFP8_OK) st = bfp8_cuda_synchronize(NULL);
             }
             if (st == BFP8_ERR_UNSUPPORTED) {
                 printf("%-11s %-8s %4" PRId64 " %6" PRId64 "   baseline n/a: %s\n", bfp8_grouped_layout_name(o->layout),
                        layer, G, c.tokens, bfp8_last_error());
                 st = BFP8_OK;
+            } else if (st == BFP8_OK) {
+                have_base = true;
             }
         }
-        if (st == BFP8_OK && !have_base) st = time_it(o, call_grouped, &call, &us);
+        if (st == BFP8_OK && have_base && cuda_device(o)) {
+            st = time_pair(o, call_grouped, call_baseline, &call, &us, &base_us); /* interleaved */
+        } else if (st == BFP8_OK) {
+            /* The grouped call first: OpenBLAS's workers spin for a while after a call and would steal its cores.
+             * Then let them go idle before the next cell. */
+            st = time_it(o, call_grouped, &call, &us);
+            if (st == BFP8_OK && have_base) {
+                st = time_it(o, call_baseline, &call, &base_us);
+                nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 300000000}, NULL);
+            }
+        }
         if (st != BFP8_OK) {
             rc = cli_lib_error(cmd, layer, st);
         } else {

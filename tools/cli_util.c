@@ -258,10 +258,16 @@ bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, 
 
 bfp8_status cli_time_medians(bfp8_device device, int warmup, int iters, cli_l2_flush flush,
                              bfp8_status (*const *fns)(void *ctx), void *const *ctxs, int nfns, double *median_us,
-                             char *why, size_t why_size) {
+                             int *failed, char *why, size_t why_size) {
+    int failed_fn = -1;
+    if (!failed) failed = &failed_fn;
+    *failed = -1;
     why[0] = '\0';
-    if (nfns <= 0 || iters <= 0) {
-        snprintf(why, why_size, "nfns=%d iters=%d (need both > 0)", nfns, iters);
+    bool ok = fns && ctxs && median_us && nfns > 0 && warmup >= 0 && iters > 0;
+    for (int f = 0; ok && f < nfns; f++) ok = fns[f] != NULL;
+    if (!ok) {
+        snprintf(why, why_size, "need functions, contexts and medians for nfns=%d > 0, warmup=%d >= 0, iters=%d > 0",
+                 nfns, warmup, iters);
         return BFP8_ERR_INVALID_ARGUMENT;
     }
     double *t = malloc(sizeof(double) * (size_t)nfns * (size_t)iters);
@@ -271,15 +277,16 @@ bfp8_status cli_time_medians(bfp8_device device, int warmup, int iters, cli_l2_f
     }
     bfp8_status st = BFP8_OK;
     if (device == BFP8_DEVICE_CUDA) {
-        st = cli_cuda_time_interleaved(fns, ctxs, nfns, warmup, iters, flush, NULL, t, why, why_size);
+        st = cli_cuda_time_interleaved(fns, ctxs, nfns, warmup, iters, flush, NULL, t, failed, why, why_size);
     } else { /* the same rounds, on the host's clock */
         for (int i = 0; i < warmup && st == BFP8_OK; i++)
-            for (int f = 0; f < nfns && st == BFP8_OK; f++) st = fns[f](ctxs[f]);
+            for (int f = 0; f < nfns && st == BFP8_OK; f++)
+                if ((st = fns[f](ctxs[f])) != BFP8_OK) *failed = f;
         for (int i = 0; i < iters && st == BFP8_OK; i++)
             for (int j = 0; j < nfns && st == BFP8_OK; j++) {
                 const int f = (i + j) % nfns;
                 double t0 = cli_now();
-                st = fns[f](ctxs[f]);
+                if ((st = fns[f](ctxs[f])) != BFP8_OK) *failed = f;
                 t[(size_t)f * (size_t)iters + (size_t)i] = (cli_now() - t0) * 1e6;
             }
     }
@@ -291,5 +298,5 @@ bfp8_status cli_time_medians(bfp8_device device, int warmup, int iters, cli_l2_f
 
 bfp8_status cli_time_median(bfp8_device device, int warmup, int iters, cli_l2_flush flush, bfp8_status (*fn)(void *ctx),
                             void *ctx, double *median_us, char *why, size_t why_size) {
-    return cli_time_medians(device, warmup, iters, flush, &fn, &ctx, 1, median_us, why, why_size);
+    return cli_time_medians(device, warmup, iters, flush, &fn, &ctx, 1, median_us, NULL, why, why_size);
 }

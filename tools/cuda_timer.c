@@ -57,7 +57,7 @@ static bfp8_status cuda_fail(int err, char *why, size_t why_size, const char *wh
  * last. times_us is [nfns][iters]. */
 static bfp8_status time_calls(bfp8_status (*const *fns)(void *ctx), void *const *ctxs, int nfns, int warmup,
                               int iters, cli_l2_flush flush, long long hold, cudaStream_t s, double *times_us,
-                              char *why, size_t why_size) {
+                              int *failed, char *why, size_t why_size) {
     int dev = 0, l2_bytes = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev);
@@ -88,7 +88,8 @@ static bfp8_status time_calls(bfp8_status (*const *fns)(void *ctx), void *const 
         }
     }
     for (int i = 0; i < warmup && st == BFP8_OK; i++)
-        for (int f = 0; f < nfns && st == BFP8_OK; f++) st = fns[f](ctxs[f]);
+        for (int f = 0; f < nfns && st == BFP8_OK; f++)
+            if ((st = fns[f](ctxs[f])) != BFP8_OK) *failed = f;
     for (int i = 0; i < iters && st == BFP8_OK; i++) {
         for (int j = 0; j < nfns && st == BFP8_OK; j++) {
             const int f = (i + j) % nfns;
@@ -106,7 +107,7 @@ static bfp8_status time_calls(bfp8_status (*const *fns)(void *ctx), void *const 
                 break;
             }
             err = cudaEventRecord(e[0], s);
-            if (err == cudaSuccess) st = fns[f](ctxs[f]);
+            if (err == cudaSuccess && (st = fns[f](ctxs[f])) != BFP8_OK) *failed = f;
             if (err == cudaSuccess && st == BFP8_OK) err = cudaEventRecord(e[1], s);
             if (err != cudaSuccess) st = cuda_fail(err, why, why_size, "cudaEventRecord");
         }
@@ -133,10 +134,14 @@ done:
 #endif
 
 bfp8_status cli_cuda_time_interleaved(bfp8_status (*const *fns)(void *ctx), void *const *ctxs, int nfns, int warmup,
-                                      int iters, cli_l2_flush flush, void *stream, double *times_us, char *why,
-                                      size_t why_size) {
+                                      int iters, cli_l2_flush flush, void *stream, double *times_us, int *failed,
+                                      char *why, size_t why_size) {
+    int failed_fn = -1;
+    if (!failed) failed = &failed_fn;
+    *failed = -1;
     if (why && why_size) why[0] = '\0';
-    if (!fns || !ctxs || !times_us) return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "fns, ctxs or times_us is NULL");
+    if (!fns || !ctxs || !times_us)
+        return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "fns, ctxs or times_us is NULL");
     if (nfns <= 0 || warmup < 0 || iters <= 0)
         return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size,
                     "nfns=%d warmup=%d iters=%d (need nfns > 0, warmup >= 0, iters > 0)", nfns, warmup, iters);
@@ -150,7 +155,8 @@ bfp8_status cli_cuda_time_interleaved(bfp8_status (*const *fns)(void *ctx), void
     char reason[BFP8_REASON_MAX] = "";
     if (!bfp8_cuda_available(reason, sizeof reason)) return fail(BFP8_ERR_UNSUPPORTED, why, why_size, "%s", reason);
 #ifdef BFP8_WITH_CUDA
-    return time_calls(fns, ctxs, nfns, warmup, iters, flush, hold, (cudaStream_t)stream, times_us, why, why_size);
+    return time_calls(fns, ctxs, nfns, warmup, iters, flush, hold, (cudaStream_t)stream, times_us, failed, why,
+                      why_size);
 #else
     (void)stream;
     return fail(BFP8_ERR_UNSUPPORTED, why, why_size, "built without CUDA");
@@ -159,9 +165,6 @@ bfp8_status cli_cuda_time_interleaved(bfp8_status (*const *fns)(void *ctx), void
 
 bfp8_status cli_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, cli_l2_flush flush,
                           void *stream, double *times_us, char *why, size_t why_size) {
-    if (!fn) {
-        if (why && why_size) why[0] = '\0';
-        return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "fn or times_us is NULL");
-    }
-    return cli_cuda_time_interleaved(&fn, &ctx, 1, warmup, iters, flush, stream, times_us, why, why_size);
+    if (!fn) return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "fn is NULL");
+    return cli_cuda_time_interleaved(&fn, &ctx, 1, warmup, iters, flush, stream, times_us, NULL, why, why_size);
 }

@@ -28,20 +28,21 @@ bfp8_status cli_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, i
 
 /* cli_cuda_time for several functions at once, interleaved: after `warmup` untimed rounds (each function once),
  * round i times each function once, starting at fns[i % nfns], so that none is always timed first or last and all
- * meet the same clocks and temperature. times_us is [nfns][iters]. On failure `why` says what failed. */
+ * meet the same clocks and temperature. times_us is [nfns][iters]. On failure `why` says what failed and *failed
+ * (unless NULL) is the index of the function whose call failed, or -1 where the timer itself did. */
 bfp8_status cli_cuda_time_interleaved(bfp8_status (*const *fns)(void *ctx), void *const *ctxs, int nfns, int warmup,
-                                      int iters, cli_l2_flush flush, void *stream, double *times_us, char *why,
-                                      size_t why_size);
+                                      int iters, cli_l2_flush flush, void *stream, double *times_us, int *failed,
+                                      char *why, size_t why_size);
 
 /* (tools/cli_util.c) The median microseconds of fn(ctx) over `iters` runs after `warmup` untimed ones: on CUDA by cli_cuda_time (the
  * L2 treated as `flush`), on the CPU by the host's monotonic clock. On failure `why` says what failed. */
 bfp8_status cli_time_median(bfp8_device device, int warmup, int iters, cli_l2_flush flush, bfp8_status (*fn)(void *ctx),
                             void *ctx, double *median_us, char *why, size_t why_size);
 /* (tools/cli_util.c) The medians of several functions timed interleaved, as cli_cuda_time_interleaved (on the CPU,
- * the same rounds on the host's clock): median_us[f] for fns[f](ctxs[f]). */
+ * the same rounds on the host's clock): median_us[f] for fns[f](ctxs[f]); *failed as there. */
 bfp8_status cli_time_medians(bfp8_device device, int warmup, int iters, cli_l2_flush flush,
                              bfp8_status (*const *fns)(void *ctx), void *const *ctxs, int nfns, double *median_us,
-                             char *why, size_t why_size);
+                             int *failed, char *why, size_t why_size);
 
 #ifdef __cplusplus
 }

@@ -283,9 +283,10 @@ bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms,
     }
     const int64_t waves64 = bfp8_ceil_div(bfp8_hopper_normal_tiles(m, n, 64), sms);
     const int64_t waves128 = bfp8_ceil_div(bfp8_hopper_normal_tiles(m, n, 128), sms);
-    const bool short_k = bfp8_ceil_div(k, kBK) <= BFP8_HOPPER_SHORT_K_BLOCKS && m <= BFP8_HOPPER_SHORT_K_NARROW_M;
+    const bool narrow_short_k =
+        bfp8_ceil_div(k, kBK) <= BFP8_HOPPER_SHORT_K_BLOCKS && m <= BFP8_HOPPER_SHORT_K_NARROW_M;
     const bfp8_hopper_plan nrm =
-        plan_tiling(false, rows, short_k || 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, fit, knobs);
+        plan_tiling(false, rows, narrow_short_k || 2 * waves64 <= 3 * waves128 ? 64 : 128, m, n, k, sms, fit, knobs);
     /* Too few tiles to fill 3/4 of the SMs, which the plan makes up for by splitting K: 64-row tiles instead (one
      * consumer warpgroup each), as wide as gives the most tiles up to one wave, each with the whole K and no sum of
      * splits, if they fill 3/4 of the SMs and load at most 1.5x the split units' bytes per CTA. On the H100 (design
