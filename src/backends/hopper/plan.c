@@ -263,7 +263,7 @@ int64_t bfp8_hopper_normal_tiles(int64_t m, int64_t n, int bq) { return bfp8_cei
  *  - but 64-wide weight tiles wherever K has at most SHORT_K_BLOCKS blocks and M <= SHORT_K_NARROW_M: each unit is
  *    then a few K blocks, and the 128-wide kernel lost 1.2-1.8 us a call when other kernels ran between its calls,
  *    which the 64-wide ones did not (an H100, 32768x512 at M = 16 / 64 / 128, timed interleaved: 13.0 / 14.1 / 15.4
- *    us against 12.4 / 12.9 / 14.3; timed alone the 128-wide tiles were 3-6% faster; docs/hopper.md design log 92).
+ *    us against 12.4 / 12.9 / 14.3; timed alone the 128-wide tiles were 2-6% faster; docs/hopper.md design log 92).
  * knobs->tile_* (BFP8_HOPPER_TILE) override the choice. */
 bfp8_hopper_plan bfp8_hopper_plan_make(int64_t m, int64_t n, int64_t k, int sms, const bfp8_hopper_cluster_fit *fit,
                                        const bfp8_hopper_knobs *knobs) {
