@@ -26,9 +26,9 @@ Three baselines, each skipped with a message when this machine cannot run it (th
 Timing mirrors cli_cuda_time (tools/cuda_timer.c), the method of `blockfp8 bench`: --warmup untimed
 calls, then before each of --iters timed calls the L2 is flushed by reading (clean, bench's default) or writing
 (dirty) twice its size, the GPU spins ~100 us so that the Python launch is enqueued before the start event, CUDA
-events around the call; the median. A cell's methods are timed interleaved (bench/gpu_timer.py), so that none of
-them runs only after the others have heated the GPU. Each cell's output is checked against an fp32 product of the dequantized
-operands (relative Frobenius error under 1e-2 for bf16 output) before it is timed. Records are those of
+events around the call; the median. A cell's methods are timed interleaved (bench/gpu_timer.py), so that all meet
+the same conditions. Each cell's output is checked against an fp32 product of the dequantized operands (relative
+Frobenius error under 1e-2 for bf16 output) before it is timed. Records are those of
 `blockfp8 bench --json` (backend, m, n, k, out_dtype, median_us, tflops, gbs) plus config, rel_err and l2 (and, for
 blockfp8_auto, auto_choice: the backend its untimed call ran, from blockfp8.stats()), so that
 scripts/compare-anchors.py BENCH_JSON --against OUT.json --against-backend torch_scaled_mm (or deepgemm) compares

@@ -21,8 +21,8 @@ class Timer:
 
     def medians_us(self, fns, warmup, iters):
         """The median of each of fns, timed interleaved: round i runs every fn once, starting at fn i % len(fns), so
-        that each sees the same clocks. Timed one after another, the last of a cell's calls would follow all the
-        others' FP8 GEMMs, on a GPU that its power limit may have clocked down by then."""
+        that all meet the same conditions and none is timed only right after its own calls (docs/hopper.md, design
+        log 92: a kernel timed back to back can run faster than between other kernels' calls)."""
         for fn in fns:
             for _ in range(warmup):
                 fn()

@@ -264,13 +264,14 @@ for other in ("deepgemm", "torch_scaled_mm"):
     r = [c[other] / c["blockfp8_hopper"] for c in cells.values() if other in c and "blockfp8_hopper" in c]
     if r:
         print(f"hopper against {other}: {geomean(r):.3f}x over {len(r)} cells, hopper slower in {sum(x < 1 for x in r)}")
-best = [c["blockfp8_auto"] / min(c["blockfp8_hopper"], c["blockfp8_cublaslt"]) for c in cells.values()
+fastest = lambda c: min(c["blockfp8_hopper"], c["blockfp8_cublaslt"])
+best = [c["blockfp8_auto"] / fastest(c) for c in cells.values()
         if {"blockfp8_auto", "blockfp8_hopper", "blockfp8_cublaslt"} <= c.keys()]
 if best:
     print(f"auto against the faster of hopper and cublaslt: {geomean(best):.4f}x the time, within 1% in "
           f"{sum(x <= 1.01 for x in best)} of {len(best)} cells")
 # auto judged by its choice: the strict run of the backend it picks against the faster one (no second timing).
-picked = [c[choice[key]] / min(c["blockfp8_hopper"], c["blockfp8_cublaslt"]) for key, c in cells.items()
+picked = [c[choice[key]] / fastest(c) for key, c in cells.items()
           if key in choice and {choice[key], "blockfp8_hopper", "blockfp8_cublaslt"} <= c.keys()]
 if picked:
     print(f"auto's choice against the faster of hopper and cublaslt: {geomean(picked):.4f}x the time, within 1% "

@@ -110,31 +110,21 @@ static bfp8_status call_baseline(void *ctx) {
     return BFP8_OK;
 }
 
-static bfp8_status time_it(const gb_opts *o, bfp8_status (*fn)(void *), void *ctx, double *median_us) {
-    char why[BFP8_REASON_MAX];
-    bfp8_status st = cli_time_median(o->device, (int)o->warmup, (int)o->iters, CLI_L2_CLEAN, fn, ctx, median_us, why,
-                                     sizeof why);
-    if (st != BFP8_OK) cli_error(CLI_FAIL, "bench", "%s", why);
-    return st;
-}
+/* The two things a cell times, in this order: the grouped call and its per-expert baseline. */
+static bfp8_status (*const kTimed[2])(void *) = {call_grouped, call_baseline};
+static const char *const kTimedNames[2] = {"grouped call", "baseline"};
 
-/* The grouped call and its baseline timed interleaved (cli_time_medians), as `blockfp8 bench` times a cell's
- * backends. */
-static bfp8_status time_pair(const gb_opts *o, bfp8_status (*a)(void *), bfp8_status (*b)(void *), void *ctx,
-                             double *a_us, double *b_us) {
-    bfp8_status (*fns[2])(void *) = {a, b};
-    void *ctxs[2] = {ctx, ctx};
-    double med[2];
+/* Medians of kTimed[first .. first + n) into us[0 .. n), timed interleaved (cli_time_medians) where n = 2, as
+ * `blockfp8 bench` times a cell's backends. */
+static bfp8_status time_calls(const gb_opts *o, int first, int n, gb_call *call, double *us) {
+    void *ctxs[2] = {call, call};
     char why[BFP8_REASON_MAX];
     int failed = -1;
-    bfp8_status st = cli_time_medians(o->device, (int)o->warmup, (int)o->iters, CLI_L2_CLEAN, fns, ctxs, 2, med,
-                                      &failed, why, sizeof why);
-    if (st != BFP8_OK) {
-        cli_error(CLI_FAIL, "bench", "%s: %s", failed == 0 ? "grouped call" : failed == 1 ? "baseline" : "timing", why);
-        return st;
-    }
-    *a_us = med[0], *b_us = med[1];
-    return BFP8_OK;
+    bfp8_status st = cli_time_medians(o->device, (int)o->warmup, (int)o->iters, CLI_L2_CLEAN, kTimed + first, ctxs,
+                                      n, us, &failed, why, sizeof why);
+    if (st != BFP8_OK)
+        cli_error(CLI_FAIL, "bench", "%s: %s", failed >= 0 ? kTimedNames[first + failed] : "timing", why);
+    return st;
 }
 
 static void json_cell(FILE *j, bool *first, const gb_opts *o, const char *layer, const gb_cell *c, const char *who,
@@ -232,7 +222,7 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
             }
         }
         const bfp8_backend *be = c.call.backend;
-        double us = 0, base_us = 0;
+        double t[2] = {0, 0}; /* µs: the grouped call, the baseline */
         gb_call call = {.d = d, .c = &c};
         if (st == BFP8_OK) {
             fprintf(stderr, "bench: %s %s G=%" PRId64 " T=%" PRId64 " on %s\n", bfp8_grouped_layout_name(o->layout),
@@ -314,16 +304,17 @@ static int bench_layer(const gb_opts *o, bfp8_dispatcher *d, const char *layer, 
             }
         }
         if (st == BFP8_OK && have_base && cuda_device(o)) {
-            st = time_pair(o, call_grouped, call_baseline, &call, &us, &base_us); /* interleaved */
+            st = time_calls(o, 0, 2, &call, t); /* interleaved */
         } else if (st == BFP8_OK) {
             /* The grouped call first: OpenBLAS's workers spin for a while after a call and would steal its cores.
              * Then let them go idle before the next cell. */
-            st = time_it(o, call_grouped, &call, &us);
+            st = time_calls(o, 0, 1, &call, &t[0]);
             if (st == BFP8_OK && have_base) {
-                st = time_it(o, call_baseline, &call, &base_us);
+                st = time_calls(o, 1, 1, &call, &t[1]);
                 nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 300000000}, NULL);
             }
         }
+        const double us = t[0], base_us = t[1];
         if (st != BFP8_OK) {
             rc = cli_lib_error(cmd, layer, st);
         } else {

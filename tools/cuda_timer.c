@@ -165,6 +165,5 @@ bfp8_status cli_cuda_time_interleaved(bfp8_status (*const *fns)(void *ctx), void
 
 bfp8_status cli_cuda_time(bfp8_status (*fn)(void *ctx), void *ctx, int warmup, int iters, cli_l2_flush flush,
                           void *stream, double *times_us, char *why, size_t why_size) {
-    if (!fn) return fail(BFP8_ERR_INVALID_ARGUMENT, why, why_size, "fn is NULL");
     return cli_cuda_time_interleaved(&fn, &ctx, 1, warmup, iters, flush, stream, times_us, NULL, why, why_size);
 }
