@@ -50,11 +50,12 @@ bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *a) {
     int64_t rows = a->m, wrows;
     BFP8_CHECK_ARG(!masked || bfp8_mul_ok(a->groups, a->m, &rows), "grouped gemm: groups x max_m overflows");
     BFP8_CHECK_ARG(bfp8_mul_ok(a->groups, a->n, &wrows), "grouped gemm: groups x n overflows");
-    BFP8_TRY(bfp8_check_matrix("grouped gemm: A", rows, a->k, 1, NULL));
-    BFP8_TRY(bfp8_check_matrix("grouped gemm: B", wrows, a->k, 1, NULL));
+    size_t a_bytes, b_bytes, y_bytes;
+    BFP8_TRY(bfp8_check_matrix("grouped gemm: A", rows, a->k, 1, &a_bytes));
+    BFP8_TRY(bfp8_check_matrix("grouped gemm: B", wrows, a->k, 1, &b_bytes));
     BFP8_CHECK_ARG(bfp8_is_float_dtype(a->y_dtype), "grouped gemm: output dtype %s is not f32, bf16 or f16",
                    bfp8_dtype_name(a->y_dtype));
-    BFP8_TRY(bfp8_check_matrix("grouped gemm: Y", rows, a->n, bfp8_dtype_size(a->y_dtype), NULL));
+    BFP8_TRY(bfp8_check_matrix("grouped gemm: Y", rows, a->n, bfp8_dtype_size(a->y_dtype), &y_bytes));
     const int64_t kblocks = bfp8_ceil_div(a->k, BFP8_BLOCK);
     const bool has_a = rows > 0 && a->k > 0, has_b = wrows > 0 && a->k > 0;
     BFP8_TRY(check_group_scales("grouped gemm: A scales", &a->a_scales, a->m, kblocks, masked ? a->groups : 1,
@@ -71,6 +72,23 @@ bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *a) {
                        bfp8_dtype_name(a->bias_dtype));
         BFP8_TRY(bfp8_check_matrix("grouped gemm: bias", a->groups, a->n, bfp8_dtype_size(a->bias_dtype), NULL));
     }
+    /* y is written while the operands are still being read (as in bfp8_gemm): it may share no byte with any. */
+    const struct {
+        const char *name;
+        const void *p;
+        size_t bytes;
+    } in[] = {
+        {"A", a->a, a_bytes},
+        {"B", a->b, b_bytes},
+        {"the A scales", a->a_scales.data, bfp8_grouped_scale_stride(&a->a_scales) * (size_t)(masked ? a->groups : 1)},
+        {"the B scales", a->b_scales.data, bfp8_grouped_scale_stride(&a->b_scales) * (size_t)a->groups},
+        {"m_indices", masked ? NULL : a->m_indices, (size_t)a->m * sizeof(int32_t)},
+        {"masked_m", masked ? a->masked_m : NULL, (size_t)a->groups * sizeof(int32_t)},
+        {"the bias", a->bias, a->bias ? (size_t)(a->groups * a->n) * bfp8_dtype_size(a->bias_dtype) : 0},
+    };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        BFP8_CHECK_ARG(!bfp8_ranges_overlap(a->y, y_bytes, in[i].p, in[i].bytes), "grouped gemm: y overlaps %s",
+                       in[i].name);
     return BFP8_OK;
 }
 

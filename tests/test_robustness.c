@@ -637,6 +637,65 @@ static void test_aliasing_gemm_linear(void) {
     bfp8_dispatcher_free(d);
 }
 
+/* ---- grouped GEMM: y may overlap no operand, as in bfp8_gemm ----------------------------------------------------- */
+static void test_aliasing_grouped(void) {
+    enum { G = 2, M = 3, N = 130, K = 260, NB = 2, KB = 3 };
+    /* Every operand lives in one arena so that y (f32 [M, N], 1560 bytes) can be placed over each of them. */
+    size_t a_off = 0, b_off = a_off + M * K, sa_off = (b_off + G * N * K + 15) / 16 * 16,
+           sb_off = sa_off + 4 * M * KB, idx_off = sb_off + 4 * G * NB * KB, bias_off = idx_off + 4 * M,
+           end = bias_off + 4 * G * N;
+    unsigned char *arena = malloc(end + 4 * M * N); /* room for a y placed over the last operands */
+    for (size_t i = 0; i < M * K; i++) arena[a_off + i] = rand_code();
+    for (size_t i = 0; i < G * N * K; i++) arena[b_off + i] = rand_code();
+    float *sa = (float *)(arena + sa_off), *sb = (float *)(arena + sb_off), *bias = (float *)(arena + bias_off);
+    int32_t *idx = (int32_t *)(arena + idx_off);
+    for (int i = 0; i < M * KB; i++) sa[i] = 0.01f;
+    for (int i = 0; i < G * NB * KB; i++) sb[i] = 0.002f;
+    for (int i = 0; i < G * N; i++) bias[i] = test_randn(1.0f);
+    idx[0] = 1, idx[1] = -1, idx[2] = 0;
+    unsigned char *saved = malloc(end);
+    memcpy(saved, arena, end);
+    bfp8_grouped_gemm_args g = {.layout = BFP8_GROUPED_CONTIGUOUS, .groups = G, .m = M, .n = N, .k = K,
+                                .a = arena + a_off, .m_indices = idx, .b = arena + b_off, .y_dtype = BFP8_DTYPE_F32,
+                                .device = BFP8_DEVICE_CPU};
+    CHECK_OK(bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, M, KB, sa));
+    CHECK_OK(bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, NB, KB, sb));
+    bfp8_dispatcher *d = strict("cpu");
+    const struct {
+        const char *what;
+        void *y;
+    } places[] = {
+        {"y overlaps A", arena + a_off + 10},
+        {"y overlaps B", arena + b_off + G * N * K - 8},
+        {"y overlaps the A scales", arena + sa_off + 4},
+        {"y overlaps the B scales", arena + sb_off + 4 * NB * KB}, /* group 1's matrix */
+        {"y overlaps m_indices", arena + idx_off + 4},
+    };
+    for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+        g.y = places[i].y;
+        CHECK_STATUS(bfp8_grouped_gemm(d, &g), BFP8_ERR_INVALID_ARGUMENT);
+        CHECK(contains(bfp8_last_error(), places[i].what), "want '%s': '%s'", places[i].what, bfp8_last_error());
+        CHECK(memcmp(arena, saved, end) == 0, "%s: the refused call wrote", places[i].what);
+    }
+    /* The bias ([G, N]) and masked_m ([G]) too. */
+    g.bias = bias, g.bias_dtype = BFP8_DTYPE_F32, g.y = arena + bias_off + 4 * N;
+    CHECK_STATUS(bfp8_grouped_gemm(d, &g), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK(contains(bfp8_last_error(), "y overlaps the bias"), "bias: '%s'", bfp8_last_error());
+    g.bias = NULL;
+    float *y = malloc(sizeof(float) * G * M * N);
+    g.y = y;
+    CHECK_OK(bfp8_grouped_gemm(d, &g));
+    bfp8_grouped_gemm_args gm = g;
+    int32_t counts[G] = {1, 1};
+    gm.layout = BFP8_GROUPED_MASKED, gm.m_indices = NULL, gm.masked_m = counts, gm.m = 1;
+    gm.a_scales.rows = 1;
+    gm.y = counts;
+    CHECK_STATUS(bfp8_grouped_gemm(d, &gm), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK(contains(bfp8_last_error(), "y overlaps masked_m"), "masked_m: '%s'", bfp8_last_error());
+    free(y), free(saved), free(arena);
+    bfp8_dispatcher_free(d);
+}
+
 int main(void) {
     test_seed();
     test_ue8m0_validation();
@@ -650,5 +709,6 @@ int main(void) {
     test_messages();
     test_aliasing_quant();
     test_aliasing_gemm_linear();
+    test_aliasing_grouped();
     return TEST_SUMMARY("robustness");
 }
