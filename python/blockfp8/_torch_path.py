@@ -15,6 +15,7 @@ match no library layout; on CUDA, operands at addresses that are not 16-byte ali
 
 The kernels run on every call, so they read each tensor attribute once and compare devices as indices (-1 for the
 CPU); the messages are built only when a check fails."""
+import inspect
 import os
 import weakref
 from typing import Optional
@@ -187,6 +188,21 @@ def _out_enum(dtype):
 _LIB = torch.library.Library("blockfp8", "DEF")
 
 
+def _one_kind(names, args):
+    """Refuses meta tensors mixed with real ones. torch dispatches such a call to the Meta key, that is to the fake
+    implementation, and get_device() is -1 for a meta tensor as for a CPU one: the call would compute nothing and
+    return an uninitialized output, or leave an in-place one as it was."""
+    meta = real = None
+    for name, t in zip(names, args):
+        if isinstance(t, Tensor):
+            if t.is_meta:
+                meta = meta or name
+            elif real is None:
+                real = (name, t.device)
+    if meta and real:
+        raise ValueError(f"{meta} is on meta, {real[0]} on {real[1]}: every operand must be on one device")
+
+
 def _op(name, impl, fake, mutates_args=()):
     """Defines the op blockfp8::name with the schema of impl's annotations, impl (run with its first tensor's CUDA
     device current) as its CPU and CUDA kernel and `fake` as its fake/meta implementation. Returns the op overload
@@ -199,12 +215,18 @@ def _op(name, impl, fake, mutates_args=()):
                 return impl(*args)
         return impl(*args)
 
+    names = list(inspect.signature(impl).parameters)
+
+    def checked_fake(*args):
+        _one_kind(names, args)
+        return fake(*args)
+
     _LIB.define(name + torch.library.infer_schema(impl, mutates_args=mutates_args))
     for key in ("CPU", "CUDA"):
         _LIB.impl(name, run, key)
     # Inference only: the outputs never require grad, through the dispatcher as in the eager path.
     _LIB.impl(name, torch.library.fallthrough_kernel, "Autograd")
-    torch.library.register_fake(f"blockfp8::{name}", fake, lib=_LIB)
+    torch.library.register_fake(f"blockfp8::{name}", checked_fake, lib=_LIB)
     return getattr(torch.ops.blockfp8, name).default, run
 
 

@@ -181,6 +181,32 @@ def test_mixed_frameworks_refused(ops):
                                                   torch.zeros(3, dtype=torch.int32))
 
 
+def test_meta_mixed_with_real_refused(ops):
+    """A meta operand among CPU ones sends the op to its fake implementation (get_device() is -1 for both): that
+    must raise, not return an uninitialized output or leave d unwritten. All-meta calls still give shapes."""
+    if torch is None:
+        pytest.skip("needs torch")
+    qa, sa, qb, sb, x, _ = ops
+    qa, qb, sa, sb, x = from_numpy(qa), from_numpy(qb), torch.from_numpy(sa), torch.from_numpy(sb), torch.from_numpy(x)
+    meta = lambda t: t.to("meta")  # noqa: E731
+    with pytest.raises(ValueError, match="is on meta, .* on cpu"):
+        blockfp8.apply_w8a8_block_fp8_linear(x, meta(qb), [128, 128], sb)
+    with pytest.raises(ValueError, match="is on meta, .* on cpu"):
+        blockfp8.apply_w8a8_block_fp8_linear(x, qb, [128, 128], sb, bias=torch.zeros(200, device="meta"))
+    with pytest.raises(ValueError, match="is on meta, .* on cpu"):
+        blockfp8.w8a8_block_fp8_matmul(qa, qb, meta(sa), sb)
+    d = torch.full((4, 200), float("nan"))
+    with pytest.raises(ValueError, match="is on meta, .* on cpu"):
+        blockfp8.fp8_gemm_nt((meta(qa), sa), (qb, sb), d)
+    qa3, sa3, qb3, sb3 = (from_numpy(t) if t.dtype == FP8 else torch.from_numpy(t)
+                          for t in grouped_operands(np.random.default_rng(0), 2, 3, 128, 256, masked=False))
+    with pytest.raises(ValueError, match="is on meta, .* on cpu"):
+        blockfp8.m_grouped_fp8_gemm_nt_contiguous((qa3, sa3), (qb3, sb3), torch.zeros(3, 128),
+                                                  torch.zeros(3, dtype=torch.int32, device="meta"))
+    y = blockfp8.apply_w8a8_block_fp8_linear(meta(x), meta(qb), [128, 128], meta(sb))
+    assert y.is_meta and tuple(y.shape) == (4, 200)
+
+
 def test_library_errors_carry_the_library_message(tmp_path):
     with pytest.raises(blockfp8.FileError) as info:
         blockfp8.Linear.from_safetensors(tmp_path / "missing.safetensors", "w")
