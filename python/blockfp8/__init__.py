@@ -233,7 +233,9 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims=None, disable_ue8m0_
         raise ValueError(f"a must be 2-D [M, K], got shape {tuple(a_.shape)}")
     if c is not None:
         _check_c(c, d)
-        if c is d or (_T.eager(c, d) and c.untyped_storage().data_ptr() == d.untyped_storage().data_ptr()):
+        # d is written before c is added: a c that may share d's memory (always so where it cannot be told, as
+        # through torch.ops or under tracing) is read from a copy.
+        if c is d or not _T.eager(c, d) or c.untyped_storage().data_ptr() == d.untyped_storage().data_ptr():
             c = c.clone()
     if _T.eager(a_, sfa, b_, sfb, d):
         _T.gemm_out_impl(a_, sfa, b_, sfb, d)

@@ -100,6 +100,12 @@ def test_fp8_gemm_nt_same_as_numpy(rng, path):
     blockfp8.fp8_gemm_nt((from_numpy(q), torch.from_numpy(s)), (from_numpy(wq), torch.from_numpy(ws)), d32, c=c)
     plain = blockfp8.w8a8_block_fp8_matmul(q, wq, s, ws, output_dtype="float32")
     same(d32, plain + c.numpy())
+    # c may be d, or another view of d's memory (every path, torch.ops included: c is read as it was before the call)
+    for view in (lambda t: t, lambda t: t.view(6, 300), lambda t: t[:]):
+        d32 = c.clone()
+        blockfp8.fp8_gemm_nt((from_numpy(q), torch.from_numpy(s)), (from_numpy(wq), torch.from_numpy(ws)), d32,
+                             c=view(d32))
+        same(d32, plain + c.numpy())
 
 
 def test_non_contiguous_inputs_are_copied(rng, path):
