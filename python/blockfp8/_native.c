@@ -31,8 +31,12 @@ static PyObject *status_errors[BFP8_ERR_DEVICE + 1];
 static PyObject *raise_status(bfp8_status st, const char *what) {
     PyObject *cls = (st > 0 && st <= BFP8_ERR_DEVICE && status_errors[st]) ? status_errors[st] : Error;
     const char *msg = bfp8_last_error();
-    PyObject *text = msg && msg[0] ? PyUnicode_FromFormat("%s: %s", what, msg)
-                                   : PyUnicode_FromFormat("%s: %s", what, bfp8_status_name(st));
+    /* The library's message may already name the call ("gemm: y overlaps A"): not twice. */
+    const size_t what_len = strlen(what);
+    const int named = msg && strncmp(msg, what, what_len) == 0 && msg[what_len] == ':';
+    PyObject *text = named            ? PyUnicode_FromString(msg)
+                     : msg && msg[0] ? PyUnicode_FromFormat("%s: %s", what, msg)
+                                     : PyUnicode_FromFormat("%s: %s", what, bfp8_status_name(st));
     if (!text) return NULL;
     PyObject *exc = PyObject_CallOneArg(cls, text);
     Py_DECREF(text);

@@ -207,6 +207,20 @@ def test_meta_mixed_with_real_refused(ops):
     assert y.is_meta and tuple(y.shape) == (4, 200)
 
 
+def test_library_messages_name_the_call_once():
+    """The library's message already names the call ("gemm: y overlaps ..."): the exception does not repeat it."""
+    rng = np.random.default_rng(5)
+    a, sa = blockfp8.per_token_group_quant_fp8(rng.standard_normal((4, 256)).astype(np.float32), 128)
+    b, sb = blockfp8.per_block_quant_fp8(rng.standard_normal((256, 256)).astype(np.float32))
+    arena = np.zeros(4 * 256, np.float32)
+    d = arena.reshape(4, 256)
+    shared = arena[:sa.size].reshape(sa.shape)
+    shared[:] = sa
+    with pytest.raises(blockfp8.InvalidArgumentError) as info:
+        blockfp8.fp8_gemm_nt((a, shared), (b, sb), d)
+    assert str(info.value).startswith("gemm: y overlaps the A scales"), str(info.value)
+
+
 def test_library_errors_carry_the_library_message(tmp_path):
     with pytest.raises(blockfp8.FileError) as info:
         blockfp8.Linear.from_safetensors(tmp_path / "missing.safetensors", "w")
