@@ -77,6 +77,12 @@ write("collide.safetensors", {"h": ("F32", [2, 4], f32([1.0] * 8)), "h_scale": (
 fp8 = bytes(rnd.randrange(256) & 0x7E for _ in range(N * K))  # finite E4M3 codes
 write("bad_scale_shape.safetensors", {"w": ("F8_E4M3", [N, K], fp8), "w_scale_inv": ("F32", [1, 3], f32([1.0] * 3))})
 write("bad_scale_dtype.safetensors", {"w": ("F8_E4M3", [N, K], fp8), "w_scale_inv": ("BF16", [2, 3], bf16([1.0] * 6))})
+# Well-formed weights whose values are not finite: NaN scales, NaN codes (0x7F), and a NaN bias beside them.
+nan = float("nan")
+write("nan_scale.safetensors", {"w": ("F8_E4M3", [N, K], fp8), "w_scale_inv": ("F32", [2, 3], f32([nan] + [1.0] * 5)),
+                                "bias_nan": ("F32", [N], f32([nan] * N))})
+write("nan_codes.safetensors", {"w": ("F8_E4M3", [N, K], b"\x7f" * 5 + fp8[5:]),
+                                "w_scale_inv": ("F32", [2, 3], f32([1.0] * 6))})
 # Malformed files.
 open(os.path.join(tmp, "empty.safetensors"), "wb").close()
 with open(os.path.join(tmp, "short.safetensors"), "wb") as f: f.write(b"\x10\x00\x00")
@@ -270,6 +276,15 @@ done
 expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/input.safetensors" --input nope \
     --out "$tmp/y.safetensors"
 has err "no tensor named 'nope'"
+# Non-finite weight scales, weight codes and bias values make a NaN y: never in silence.
+expect 0 "$cli" linear --weights "$tmp/nan_scale.safetensors" --weight w --in "$tmp/input.safetensors" --input x \
+    --bias bias_nan --out "$tmp/y_nan.safetensors" --device cpu
+has err "warning: weight 'w' has 1 non-finite scale(s) in w_scale_inv"
+has err "warning: bias 'bias_nan' holds 130 non-finite value(s)"
+expect 0 "$cli" linear --weights "$tmp/nan_codes.safetensors" --weight w --in "$tmp/input.safetensors" --input x \
+    --out "$tmp/y_nan.safetensors" --device cpu
+has err "warning: weight 'w' holds 5 NaN code(s)"
+lacks err "scale(s)"
 expect 0 env BFP8_LOG=dispatch "$cli" linear --weights "$tmp/wq.safetensors" --weight w \
     --in "$tmp/input.safetensors" --input x --out "$tmp/y.safetensors"
 expect 1 env BFP8_BACKEND=no_such_backend "$cli" linear --weights "$tmp/wq.safetensors" --weight w \

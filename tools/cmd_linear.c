@@ -265,10 +265,22 @@ int cmd_linear(int argc, char **argv) {
         rc = cli_lib_error(cmd, "linear", st);
         goto done;
     }
-    const uint64_t nonfinite = bfp8_dispatcher_nonfinite_inputs(d);
-    if (nonfinite)
+    /* Every operand's non-finite values reach y as NaN/inf: say which, so such a y is never written in silence. */
+    bfp8_nonfinite_stats nf = {0};
+    if (bfp8_dispatcher_nonfinite(d, &nf) != BFP8_OK)
+        fprintf(stderr, "blockfp8 linear: warning: cannot read the non-finite counts: %s\n", bfp8_last_error());
+    if (nf.activations)
         fprintf(stderr, "blockfp8 linear: warning: %llu non-finite input value(s) encoded as NaN\n",
-                (unsigned long long)nonfinite);
+                (unsigned long long)nf.activations);
+    if (nf.weight_codes)
+        fprintf(stderr, "blockfp8 linear: warning: weight '%s' holds %llu NaN code(s)\n", weight_name,
+                (unsigned long long)nf.weight_codes);
+    if (nf.weight_scales)
+        fprintf(stderr, "blockfp8 linear: warning: weight '%s' has %llu non-finite scale(s) in %s_scale_inv\n",
+                weight_name, (unsigned long long)nf.weight_scales, weight_name);
+    if (nf.bias)
+        fprintf(stderr, "blockfp8 linear: warning: bias '%s' holds %llu non-finite value(s)\n", bias_name,
+                (unsigned long long)nf.bias);
 
     bfp8_tensor y_tensor = {.name = (char *)"y", .dtype = out_dtype, .ndim = x->ndim, .data = y, .nbytes = y_bytes};
     for (int dim = 0; dim + 1 < x->ndim; dim++) y_tensor.shape[dim] = x->shape[dim];
