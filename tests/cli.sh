@@ -696,6 +696,12 @@ has out "masked      down        2      3  cpu"
 expect 0 "$cli" bench --grouped contiguous --experts 2 --tokens 5 --layer down --iters 1 --warmup 0 --json "$tmp/grouped.json"
 has out "contiguous  down        2      5  cpu"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r and r[0]['layout']=='contiguous' and r[0]['tokens']==5" "$tmp/grouped.json" && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: bench --grouped --json"; }
+# A --json that cannot be written (a full disk) is an error, not a quiet exit 0 with the records lost.
+if [ -w /dev/full ]; then
+    expect 1 "$cli" bench --grouped masked --experts 2 --tokens 1 --layer down --iters 1 --warmup 0 --baseline none \
+        --json /dev/full
+    has err "--json: writing '/dev/full' failed"
+fi
 expect 2 "$cli" bench --grouped sideways
 has err "bad --grouped"
 expect 2 "$cli" bench --grouped masked --baseline cublaslt

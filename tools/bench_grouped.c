@@ -437,7 +437,7 @@ int cmd_bench_grouped(int argc, char **argv) {
     if (o.down && rc == CLI_OK) rc = bench_layer(&o, d, "down", 7168, 2048, &rng, json, &json_first);
     if (json) {
         fprintf(json, "\n]\n");
-        fclose(json);
+        if (fclose(json) != 0 && rc == CLI_OK) rc = cli_error(CLI_FAIL, cmd, "--json: writing '%s' failed", o.json_path);
     }
     bfp8_dispatcher_free(d);
     return rc;
