@@ -702,6 +702,28 @@ if [ -w /dev/full ]; then
         --json /dev/full
     has err "--json: writing '/dev/full' failed"
 fi
+# bench --json: a run that fails leaves no records under FILE (a complete-looking JSON of the cells before the
+# failure) and keeps the FILE that was there; a run that succeeds replaces it, keeping its mode. The second shape
+# cannot be allocated (4 * 2^31 * (2^31 - 1) bytes), so the run fails after the first cell.
+printf '[{"old": 1}]\n' >"$tmp/bench.json"
+chmod 640 "$tmp/bench.json"
+expect 1 env ASAN_OPTIONS=allocator_may_return_null=1 "$cli" bench --shapes 128x128,2147483648x2147483647 --m 1 \
+    --iters 1 --json "$tmp/bench.json"
+has out "cpu             1    128    128"
+has err "out of memory"
+has err "--json: '$tmp/bench.json' not written (the run failed)"
+grep -qF '[{"old": 1}]' "$tmp/bench.json" && pass || fail "a failed bench changed the --json file"
+expect 0 "$cli" bench --shapes 128x128 --m 1 --iters 1 --json "$tmp/bench.json"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r)==1 and r[0]['n']==128" "$tmp/bench.json" \
+    && pass || fail "bench --json: records"
+[ "$(stat -c %a "$tmp/bench.json")" = 640 ] && pass || fail "bench --json: the replaced file lost its mode"
+expect 1 "$cli" bench --shapes 128x128 --m 1 --iters 1 --json "$tmp"
+has err "--json: cannot write '$tmp': it is a directory"
+expect 1 "$cli" bench --shapes 128x128 --m 1 --iters 1 --json "$tmp/nodir/"
+has err "--json: '$tmp/nodir/' is not a file name"
+empty out
+leftover=$(find "$tmp" -name '.bfp8.tmp.*' | head -3)
+[ -z "$leftover" ] && pass || fail "bench --json left temp files: $leftover"
 expect 2 "$cli" bench --grouped sideways
 has err "bad --grouped"
 expect 2 "$cli" bench --grouped masked --baseline cublaslt

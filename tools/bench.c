@@ -519,10 +519,10 @@ int cmd_bench(int argc, char **argv) {
         return cli_error(CLI_FAIL, cmd, "no backend to time on %s", bfp8_device_name(o.device));
     }
     if (o.json_path) {
-        s.json.f = fopen(o.json_path, "w");
+        s.json.f = cli_json_open(cmd, o.json_path);
         if (!s.json.f) {
             bfp8_dispatcher_free(s.d);
-            return cli_error(CLI_FAIL, cmd, "--json: cannot write '%s'", o.json_path);
+            return CLI_FAIL;
         }
         fputc('[', s.json.f);
     }
@@ -557,11 +557,8 @@ int cmd_bench(int argc, char **argv) {
                        exp(s.log_ratio_sum[bi] / s.ratio_cells[bi]), s.ratio_cells[bi], o.baseline,
                        s.slower_cells[bi]);
     }
-    if (s.json.f) {
-        fputs("\n]\n", s.json.f);
-        if (fclose(s.json.f) != 0 && rc == CLI_OK)
-            rc = cli_error(CLI_FAIL, cmd, "--json: writing '%s' failed", o.json_path);
-    }
+    if (s.json.f) fputs("\n]\n", s.json.f);
+    rc = cli_json_close(cmd, s.json.f, o.json_path, rc);
     bfp8_dispatcher_free(s.d);
     return rc;
 }

@@ -419,9 +419,9 @@ int cmd_bench_grouped(int argc, char **argv) {
     }
     FILE *json = NULL;
     bool json_first = true;
-    if (o.json_path && !(json = fopen(o.json_path, "w"))) {
+    if (o.json_path && !(json = cli_json_open(cmd, o.json_path))) {
         bfp8_dispatcher_free(d);
-        return cli_error(CLI_FAIL, cmd, "cannot write '%s'", o.json_path);
+        return CLI_FAIL;
     }
     if (json) fprintf(json, "[");
     const uint64_t seed = o.seed ? (uint64_t)o.seed : test_seed_fresh() >> 1;
@@ -435,10 +435,8 @@ int cmd_bench_grouped(int argc, char **argv) {
     rc = CLI_OK;
     if (o.gate_up) rc = bench_layer(&o, d, "gate_up", 4096, 7168, &rng, json, &json_first);
     if (o.down && rc == CLI_OK) rc = bench_layer(&o, d, "down", 7168, 2048, &rng, json, &json_first);
-    if (json) {
-        fprintf(json, "\n]\n");
-        if (fclose(json) != 0 && rc == CLI_OK) rc = cli_error(CLI_FAIL, cmd, "--json: writing '%s' failed", o.json_path);
-    }
+    if (json) fprintf(json, "\n]\n");
+    rc = cli_json_close(cmd, json, o.json_path, rc);
     bfp8_dispatcher_free(d);
     return rc;
 }

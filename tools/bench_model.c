@@ -480,8 +480,7 @@ int cmd_bench_model(int argc, char **argv) {
             rc = cli_lib_error(cmd, layers[l].name, st);
 
     FILE *json = NULL;
-    if (rc == CLI_OK && json_path && !(json = fopen(json_path, "w")))
-        rc = cli_error(CLI_FAIL, cmd, "cannot write %s", json_path);
+    if (rc == CLI_OK && json_path && !(json = cli_json_open(cmd, json_path))) rc = CLI_FAIL;
     if (json) fprintf(json, "[\n");
     bool first_record = true;
     const double tol = test_tolerance(BFP8_DTYPE_BF16, o.device);
@@ -640,10 +639,8 @@ int cmd_bench_model(int argc, char **argv) {
         }
         moe_routing_free(&r);
     }
-    if (json) {
-        fprintf(json, "\n]\n");
-        if (fclose(json) != 0 && rc == CLI_OK) rc = cli_error(CLI_FAIL, cmd, "writing %s failed", json_path);
-    }
+    if (json) fprintf(json, "\n]\n");
+    rc = cli_json_close(cmd, json, json_path, rc);
     for (int l = 0; l < NUM_LAYERS; l++) {
         bfp8_weight_free(weights[l].dense);
         bfp8_grouped_weight_free(weights[l].grouped);

@@ -522,8 +522,7 @@ static int run_on_gpus(const tp_opts *o, const test_nccl *nccl) {
         test_rng_fill_pow2(&rng, H->s, ((n + 127) / 128) * ((k + 127) / 128), -8); /* valid in both formats */
         test_rng_fill_normal(&rng, H->x, BFP8_DTYPE_BF16, R->max_m * k, 1.0f);
     }
-    if (rc == CLI_OK && o->json_path && !(R->json = fopen(o->json_path, "w")))
-        rc = cli_error(CLI_FAIL, cmd, "--json: cannot write '%s'", o->json_path);
+    if (rc == CLI_OK && o->json_path && !(R->json = cli_json_open(cmd, o->json_path))) rc = CLI_FAIL;
     ncclResult_t nr = ncclSuccess;
     if (rc == CLI_OK && (nr = nccl->comm_init_all(R->comms, o->ranks, NULL)) != ncclSuccess)
         rc = cli_error(CLI_FAIL, cmd, "ncclCommInitAll over %d GPUs: %s", o->ranks, nccl->error_string(nr));
@@ -567,11 +566,8 @@ static int run_on_gpus(const tp_opts *o, const test_nccl *nccl) {
         if (rc == CLI_OK && R->rc != CLI_OK)
             rc = cli_error(CLI_FAIL, cmd, "a tensor-parallel result differs from the unsharded layer (check column)");
     }
-    if (R->json) {
-        fputs("\n]\n", R->json);
-        if (fclose(R->json) != 0 && rc == CLI_OK)
-            rc = cli_error(CLI_FAIL, cmd, "--json: writing '%s' failed", o->json_path);
-    }
+    if (R->json) fputs("\n]\n", R->json);
+    rc = cli_json_close(cmd, R->json, o->json_path, rc);
     layers_free(R);
     free(R);
     return rc;

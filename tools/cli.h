@@ -9,6 +9,7 @@
 #include "common/rng.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* Returns the status of `expr` from the calling function when it is not BFP8_OK. */
@@ -86,6 +87,16 @@ bool cli_output_is_input(const char *cmd, const char *out, const char *const *in
  * ignores stays ignored); the signal then ends the process as it would have. Test hook:
  * BFP8_CLI_TEST_WRITE_DELAY_MS=N waits N ms once the temp file exists, so a test can signal it there. */
 bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, size_t count);
+
+/* --json FILE of the bench commands. cli_json_open creates a temp file beside FILE (through a symlink, beside its
+ * target), removed on SIGINT, SIGTERM, SIGHUP and SIGQUIT; on failure it prints why and returns NULL. A FILE that
+ * exists and is not a regular file (/dev/stdout, a pipe) is written directly; a directory is refused.
+ * cli_json_close(cmd, f, FILE, rc) closes it and, when rc is CLI_OK, renames it onto FILE (a file it replaces keeps
+ * its mode); otherwise removes it, so a failed run never leaves partial records under FILE nor destroys a FILE that
+ * was there. Returns rc, or CLI_FAIL (after printing why) when the file could not be written. f = NULL: returns
+ * rc. One such file at a time. */
+FILE *cli_json_open(const char *cmd, const char *path);
+int cli_json_close(const char *cmd, FILE *f, const char *path, int rc);
 
 /* The problem a bfp8_linear call poses for an [n, k] layer whose weight is prepared in every layout of `format`
  * (bfp8_problem_for_linear): what explain and `linear --device auto` ask the dispatcher about. */

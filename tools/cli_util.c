@@ -3,6 +3,7 @@
 #include "cuda_timer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -204,10 +205,13 @@ bool cli_output_is_input(const char *cmd, const char *out, const char *const *in
 
 static char pending_temp[PATH_MAX + 64];
 static volatile sig_atomic_t pending_temp_set;
+static char pending_json[PATH_MAX + 64]; /* cli_json_open's temp file */
+static volatile sig_atomic_t pending_json_set;
 static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 static void remove_temp_and_die(int sig) {
     if (pending_temp_set) unlink(pending_temp); /* async-signal-safe */
+    if (pending_json_set) unlink(pending_json);
     signal(sig, SIG_DFL);
     raise(sig); /* delivered with the default action once this handler returns */
 }
@@ -254,6 +258,83 @@ bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, 
     install_cleanup_handlers();
     const bfp8_write_options options = {.on_temp = register_temp};
     return bfp8_safetensors_write_ex(path, tensors, count, &options);
+}
+
+/* --- --json files: written beside the destination, renamed onto it only when the command succeeds --------------- */
+
+static char *json_dest;  /* where the records go (a symlink's target), NULL: straight to a non-regular file */
+static int json_mode = -1; /* the mode of the file replaced, or -1 */
+
+FILE *cli_json_open(const char *cmd, const char *path) {
+    struct stat sb;
+    if (!path[0] || path[strlen(path) - 1] == '/') { /* refused now, not after the whole run */
+        cli_error(CLI_FAIL, cmd, "--json: '%s' is not a file name", path);
+        return NULL;
+    }
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        cli_error(CLI_FAIL, cmd, "--json: cannot write '%s': it is a directory", path);
+        return NULL;
+    }
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) { /* /dev/stdout, a pipe: nothing there to keep */
+        FILE *f = fopen(path, "w");
+        if (!f) cli_error(CLI_FAIL, cmd, "--json: cannot write '%s': %s", path, strerror(errno));
+        return f;
+    }
+    struct stat lsb;
+    char *dest = lstat(path, &lsb) == 0 && S_ISLNK(lsb.st_mode) ? realpath(path, NULL) : NULL;
+    if (!dest) dest = strdup(path);
+    const char *slash = dest ? strrchr(dest, '/') : NULL;
+    char *dir = !dest ? NULL : slash ? strndup(dest, slash == dest ? 1 : (size_t)(slash - dest)) : strdup(".");
+    if (!dest || !dir || strlen(dir) + 40 >= sizeof pending_json) {
+        cli_error(CLI_FAIL, cmd, "--json: cannot write '%s': %s", path, dest && dir ? "path too long" : "out of memory");
+        free(dest);
+        free(dir);
+        return NULL;
+    }
+    install_cleanup_handlers();
+    int fd = -1;
+    for (unsigned attempt = 0; attempt < 100 && fd < 0; attempt++) {
+        snprintf(pending_json, sizeof pending_json, "%s/.bfp8.tmp.json.%ld.%u", dir, (long)getpid(), attempt);
+        pending_json_set = 1; /* before it exists, so a signal cannot miss it */
+        fd = open(pending_json, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0) pending_json_set = 0;
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        cli_error(CLI_FAIL, cmd, "--json: cannot create a temp file in %s for '%s': %s", dir, path, strerror(errno));
+        if (fd >= 0) close(fd), unlink(pending_json), pending_json_set = 0;
+        free(dest);
+        free(dir);
+        return NULL;
+    }
+    free(dir);
+    json_dest = dest;
+    json_mode = stat(dest, &sb) == 0 ? (int)(sb.st_mode & 07777) : -1;
+    return f;
+}
+
+int cli_json_close(const char *cmd, FILE *f, const char *path, int rc) {
+    if (!f) return rc;
+    if (!json_dest) { /* written straight to a non-regular file */
+        if (fclose(f) != 0 && rc == CLI_OK) rc = cli_error(CLI_FAIL, cmd, "--json: writing '%s' failed", path);
+        return rc;
+    }
+    int err = 0;
+    if (rc == CLI_OK) {
+        if (fflush(f) != 0 || ferror(f)) err = errno ? errno : EIO;
+        if (!err && json_mode >= 0 && fchmod(fileno(f), (mode_t)json_mode) != 0) err = errno;
+        if (!err && fsync(fileno(f)) != 0) err = errno;
+    }
+    if (fclose(f) != 0 && !err) err = errno;
+    if (rc == CLI_OK && !err && rename(pending_json, json_dest) != 0) err = errno;
+    if (rc != CLI_OK || err) unlink(pending_json); /* never a partial record set under the final name */
+    pending_json_set = 0;
+    free(json_dest);
+    json_dest = NULL;
+    if (rc == CLI_OK && err) rc = cli_error(CLI_FAIL, cmd, "--json: writing '%s' failed: %s", path, strerror(err));
+    else if (rc != CLI_OK) fprintf(stderr, "blockfp8 %s: --json: '%s' not written (the run failed)\n", cmd, path);
+    return rc;
 }
 
 bfp8_status cli_time_medians(bfp8_device device, int warmup, int iters, cli_l2_flush flush,
