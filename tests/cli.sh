@@ -256,7 +256,7 @@ has err "fallbacks: none"
 expect 1 lin --backend no_such_backend
 has err "no backend named 'no_such_backend'"
 expect 1 lin --bias bias_short
-has err "want 1-D [130]"
+has err "bias 'bias_short' is f32 [129]; want 1-D [130]"
 expect 1 lin --bias missing_bias
 has err "no bias tensor 'missing_bias'"
 expect 1 "$cli" linear --weights "$tmp/wq.safetensors" --weight w --in "$tmp/input.safetensors" --input x_narrow \

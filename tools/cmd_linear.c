@@ -208,8 +208,12 @@ int cmd_linear(int argc, char **argv) {
             goto done;
         }
         if (bias->ndim != 1 || bias->shape[0] != info.n || !is_float_dtype(bias->dtype)) {
-            rc = cli_error(CLI_FAIL, cmd, "bias '%s' is %s with %d dimension(s); want 1-D [%lld] f32, bf16 or f16",
-                           bias_name, bfp8_dtype_name(bias->dtype), bias->ndim, (long long)info.n);
+            char shape[160] = "";
+            for (int dim = 0, used = 0; dim < bias->ndim && used < (int)sizeof shape; dim++)
+                used += snprintf(shape + used, sizeof shape - (size_t)used, "%s%lld", dim ? ", " : "",
+                                 (long long)bias->shape[dim]);
+            rc = cli_error(CLI_FAIL, cmd, "bias '%s' is %s [%s]; want 1-D [%lld] f32, bf16 or f16", bias_name,
+                           bfp8_dtype_name(bias->dtype), shape, (long long)info.n);
             goto done;
         }
     }
