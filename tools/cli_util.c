@@ -286,7 +286,8 @@ FILE *cli_json_open(const char *cmd, const char *path) {
     const char *slash = dest ? strrchr(dest, '/') : NULL;
     char *dir = !dest ? NULL : slash ? strndup(dest, slash == dest ? 1 : (size_t)(slash - dest)) : strdup(".");
     if (!dest || !dir || strlen(dir) + 40 >= sizeof pending_json) {
-        cli_error(CLI_FAIL, cmd, "--json: cannot write '%s': %s", path, dest && dir ? "path too long" : "out of memory");
+        cli_error(CLI_FAIL, cmd, "--json: cannot write '%s': %s", path,
+                  dest && dir ? "path too long" : "out of memory");
         free(dest);
         free(dir);
         return NULL;

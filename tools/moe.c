@@ -127,35 +127,40 @@ bfp8_status moe_call_init(moe_call *c, bfp8_dispatcher *d, const bfp8_grouped_we
     bfp8_status st = bfp8_grouped_weight_info_get(w, &wi);
     if (st != BFP8_OK) return st;
     const bool masked = spec->layout == BFP8_GROUPED_MASKED;
-    const int64_t kb = (wi.k + 127) / 128, nb = (wi.n + 127) / 128;
+    const int64_t kb = (wi.k + 127) / 128;
     c->rows = masked ? wi.groups * spec->m : spec->m;
     c->g = (bfp8_grouped_gemm_args){.layout = spec->layout, .groups = wi.groups, .m = spec->m, .n = wi.n, .k = wi.k,
                                     .expected_m = spec->expected_m, .y_dtype = spec->y_dtype,
                                     .device = spec->device};
 
-    /* The problem, posed on the host operands, with every layout of the format on offer for A (the codes are
-     * converted below) and the layouts the weight holds on the device for B. */
+    /* The problem, posed on the host operands, the output and one of the weight's views (the problem's checks
+     * refuse a y that overlaps an operand, as the call's do), with every layout of the format on offer for A (the
+     * codes are converted below) and every layout the weight holds on the device for B. */
+    st = test_buffers_put(&c->bufs, NULL, (size_t)(c->rows * wi.n) * bfp8_dtype_size(spec->y_dtype), &c->g.y);
+    const uint32_t held = spec->device == BFP8_DEVICE_CUDA ? wi.device_layouts : wi.host_layouts;
+    int any = 0;
+    while (any < BFP8_LAYOUT_COUNT - 1 && !(held & BFP8_BIT(any))) any++;
     bfp8_grouped_gemm_args probe = c->g;
-    probe.a = spec->qa, probe.b = spec->qa, probe.y = (void *)spec->qa;
+    probe.a = spec->qa;
     probe.m_indices = spec->m_indices, probe.masked_m = spec->masked_m;
     bfp8_scales_init(&probe.a_scales, wi.scale_format, BFP8_LAYOUT_ROW_MAJOR, spec->m, kb, (void *)spec->sa);
-    bfp8_scales_init(&probe.b_scales, wi.scale_format, BFP8_LAYOUT_ROW_MAJOR, nb, kb, (void *)spec->sa);
+    if (st == BFP8_OK)
+        st = bfp8_grouped_weight_view(w, spec->device, (bfp8_scale_layout)any, &probe.b, &probe.b_scales);
     bfp8_problem p;
     bfp8_decision dec;
-    if ((st = bfp8_problem_from_grouped_gemm(&probe, &p)) != BFP8_OK) return st;
-    p.a_layouts = bfp8_scale_layouts_for(wi.scale_format);
-    p.b_layouts = spec->device == BFP8_DEVICE_CUDA ? wi.device_layouts : wi.host_layouts;
-    if ((st = bfp8_dispatcher_select(d, &p, &dec)) != BFP8_OK) {
-        snprintf(why, why_size, "%s", dec.reason[0] ? dec.reason : bfp8_last_error());
-        return st;
-    }
-    c->backend = dec.backend;
     bfp8_scale_layout la, lb;
-    if ((st = bfp8_backend_layouts(c->backend, &p, &la, &lb)) != BFP8_OK) {
-        snprintf(why, why_size, "%s", bfp8_last_error());
-        return st;
+    if (st == BFP8_OK && (st = bfp8_problem_from_grouped_gemm(&probe, &p)) == BFP8_OK) {
+        p.a_layouts = bfp8_scale_layouts_for(wi.scale_format);
+        p.b_layouts = spec->device == BFP8_DEVICE_CUDA ? wi.device_layouts : wi.host_layouts;
+        if ((st = bfp8_dispatcher_select(d, &p, &dec)) != BFP8_OK)
+            snprintf(why, why_size, "%s", dec.reason[0] ? dec.reason : bfp8_last_error());
     }
-    st = bfp8_grouped_weight_view(w, spec->device, lb, &c->g.b, &c->g.b_scales);
+    if (st == BFP8_OK) {
+        c->backend = dec.backend;
+        if ((st = bfp8_backend_layouts(c->backend, &p, &la, &lb)) != BFP8_OK)
+            snprintf(why, why_size, "%s", bfp8_last_error());
+    }
+    if (st == BFP8_OK) st = bfp8_grouped_weight_view(w, spec->device, lb, &c->g.b, &c->g.b_scales);
     if (st == BFP8_OK)
         st = put_scales(c, spec->sa, wi.scale_format, masked ? wi.groups : 1, spec->m, kb, la, &c->g.a_scales);
     void *p_a = NULL, *p_idx = NULL;
@@ -163,8 +168,6 @@ bfp8_status moe_call_init(moe_call *c, bfp8_dispatcher *d, const bfp8_grouped_we
     if (st == BFP8_OK)
         st = masked ? test_buffers_put(&c->bufs, spec->masked_m, sizeof(int32_t) * (size_t)wi.groups, &p_idx)
                     : test_buffers_put(&c->bufs, spec->m_indices, sizeof(int32_t) * (size_t)spec->m, &p_idx);
-    if (st == BFP8_OK)
-        st = test_buffers_put(&c->bufs, NULL, (size_t)(c->rows * wi.n) * bfp8_dtype_size(spec->y_dtype), &c->g.y);
     c->g.a = p_a;
     if (masked) c->g.masked_m = p_idx;
     else c->g.m_indices = p_idx;
