@@ -713,6 +713,9 @@ has out "cpu             1    128    128"
 has err "out of memory"
 has err "--json: '$tmp/bench.json' not written (the run failed)"
 grep -qF '[{"old": 1}]' "$tmp/bench.json" && pass || fail "a failed bench changed the --json file"
+# Sizes whose buffers' byte counts would wrap (4 * 2^31 * 2^31 = 2^64) are refused before anything is allocated.
+expect 1 "$cli" bench --shapes 2147483648x2147483648 --m 1 --iters 1
+has err "M=1 N=2147483648 K=2147483648: the buffers overflow"
 expect 0 "$cli" bench --shapes 128x128 --m 1 --iters 1 --json "$tmp/bench.json"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r)==1 and r[0]['n']==128" "$tmp/bench.json" \
     && pass || fail "bench --json: records"

@@ -228,6 +228,12 @@ static int bench_shape(bench_state *s, int64_t n, int64_t k, test_rng *rng) {
     int rc = CLI_OK;
     bfp8_status st = BFP8_OK;
     size_t nk = (size_t)n * (size_t)k, ysz = bfp8_dtype_size(o->out_dtype);
+    /* Every buffer below is at most 4 bytes an element of [M or N, K] or [M, N]: sizes past that do not fit. */
+    const size_t max_elems = SIZE_MAX / sizeof(float);
+    for (int mi = 0; mi < o->nms; mi++)
+        if (nk > max_elems || (size_t)o->ms[mi] * (size_t)k > max_elems || (size_t)o->ms[mi] * (size_t)n > max_elems)
+            return cli_error(CLI_FAIL, cmd, "M=%" PRId64 " N=%" PRId64 " K=%" PRId64 ": the buffers overflow",
+                             o->ms[mi], n, k);
     float *w = malloc(sizeof(float) * nk), *w_deq = NULL;
     uint8_t *qb = malloc(nk ? nk : 1);
     float *sb = malloc(sizeof(float) * (size_t)(nb * kb));
