@@ -288,6 +288,9 @@ def _grouped(layout, a, b, d, row_map, expected_m, recipe):
 
 
 def _check_c(c, d):
+    if _is_torch(c) != _is_torch(d) or not (_is_torch(c) or isinstance(c, _np_mod.ndarray)):
+        raise TypeError(f"c must be a {'torch tensor' if _is_torch(d) else 'numpy array'} as d is, "
+                        f"got {type(c).__name__}")
     if tuple(c.shape) != tuple(d.shape):
         raise ValueError(f"c must have d's shape {tuple(d.shape)}, got {tuple(c.shape)}")
     _c.need(_c.dtype_enum(c.dtype) == _c.F32 and _c.dtype_enum(d.dtype) == _c.F32,

@@ -106,7 +106,7 @@ def check_group_size(group_size, eps):
 def check_block_size(block_size, what="block_size"):
     try:
         pair = tuple(int(v) for v in block_size)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"{what} must be a pair [{BLOCK}, {BLOCK}], got {block_size!r}") from None
     if pair != (BLOCK, BLOCK):
         raise ValueError(f"{what}={list(block_size)!r}: blockfp8 supports {BLOCK}x{BLOCK} blocks only")

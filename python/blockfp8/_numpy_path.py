@@ -58,7 +58,8 @@ def _available(a, own):
 def scale_arg(s, rows, kblocks, what, groups=None):
     """(array to keep alive, its address, scale format, layout set) for a [rows x K] operand's scales ([groups,
     rows, ...] with groups: G matrices, which the library reads back to back)."""
-    fmt = check_scale_shape(s.shape, enum_of(s, what), rows, kblocks, what, groups)
+    e = enum_of(s, what)  # (before s.shape: a list gets a TypeError, not an AttributeError)
+    fmt = check_scale_shape(s.shape, e, rows, kblocks, what, groups)
     packed = fmt == UE8M0_SCALES
     cols, item, st = s.shape[-1], s.itemsize, s.strides
     bits = 0
@@ -142,8 +143,9 @@ def _act_scales_2d(As, a_shape, m, what):
 
 def gemm_operands(A, B):
     """(m, n, k) of valid A [..., K] and B [N, K], both fp8."""
-    m, k = check_activation(A.shape, enum_of(A, "A"), "A", fp8=True)
-    n, _ = check_weight(B.shape, enum_of(B, "B"), k, "B")
+    ae, be = enum_of(A, "A"), enum_of(B, "B")
+    m, k = check_activation(A.shape, ae, "A", fp8=True)
+    n, _ = check_weight(B.shape, be, k, "B")
     return m, n, k
 
 
@@ -166,7 +168,8 @@ def gemm(A, B, As, Bs, bias, out_enum, d=None, operands=None):
 def linear_dyn(x, weight, weight_scale, bias):
     xe = enum_of(x, "input")
     m, k = check_activation(x.shape, xe, "input")
-    n, _ = check_weight(weight.shape, enum_of(weight, "weight"), k)
+    we = enum_of(weight, "weight")
+    n, _ = check_weight(weight.shape, we, k)
     kb = ceil_div(k, BLOCK)
     sb = scale_arg(weight_scale, ceil_div(n, BLOCK), kb, "weight_scale")
     keep_bias, bias_ptr, bias_e = bias_arg(bias, n)
@@ -182,7 +185,8 @@ def linear_dyn(x, weight, weight_scale, bias):
 def grouped_gemm(layout, a, sfa, b, sfb, d, row_map, expected_m):
     """m_grouped_fp8_gemm_nt_{contiguous,masked} on host arrays: writes the rows of d in use (the library checks
     row_map's contents before it writes)."""
-    groups, rows, n, k = check_grouped_operands(layout, a.shape, enum_of(a, "a"), b.shape, enum_of(b, "b"))
+    ae, be = enum_of(a, "a"), enum_of(b, "b")
+    groups, rows, n, k = check_grouped_operands(layout, a.shape, ae, b.shape, be)
     masked = layout == MASKED
     out_e = check_out(d, a.shape[:-1] + (n,))
     name = "masked_m" if masked else "m_indices"

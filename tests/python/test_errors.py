@@ -108,6 +108,23 @@ def test_fp8_gemm_nt_bad_arguments(fw, ops):
         blockfp8.fp8_gemm_nt(a, b, fw(np.zeros((4, 200), np.int32)))
 
 
+def test_lists_are_refused_with_type_errors(ops):
+    """A Python list where an array belongs, or a block size that is no pair of numbers: TypeError naming the
+    argument, not an AttributeError from deep inside."""
+    qa, sa, qb, sb, x, _ = ops
+    with pytest.raises(TypeError, match="weight must be a numpy array"):
+        blockfp8.apply_w8a8_block_fp8_linear(x, qb.tolist(), [128, 128], sb)
+    with pytest.raises(TypeError, match="weight_scale must be a numpy array"):
+        blockfp8.apply_w8a8_block_fp8_linear(x, qb, [128, 128], sb.tolist())
+    with pytest.raises(TypeError, match="block_size must be a pair"):
+        blockfp8.apply_w8a8_block_fp8_linear(x, qb, "ab", sb)
+    with pytest.raises(TypeError, match="Bs must be a numpy array"):
+        blockfp8.w8a8_block_fp8_matmul(qa, qb, sa, sb.tolist())
+    d = np.zeros((qa.shape[0], qb.shape[0]), np.float32)
+    with pytest.raises(TypeError, match="c must be a numpy array as d is"):
+        blockfp8.fp8_gemm_nt((qa, sa), (qb, sb), d, c=d.tolist())
+
+
 def test_grouped_bad_arguments(fw, rng):
     """m_grouped_fp8_gemm_nt_{contiguous,masked}: G = 3, max_m / m = 4, N = 200, K = 300."""
     qa, sa, qb, sb = grouped_operands(rng, 3, 4, 200, 300, masked=True)
