@@ -663,6 +663,10 @@ expect 0 "$cli" shard --ranks 1 --mode column --weights "$tmp/wq.safetensors" --
 has out "rank 0: rows [0, "
 expect 1 "$cli" shard --ranks 2 --mode row --weights "$tmp/wq.safetensors" --weight nope
 has err "no tensor 'nope'"
+# A shape with a file, or half a shape: which one was meant is not guessed.
+expect 2 "$cli" shard --ranks 1 --mode column --weights "$tmp/wq.safetensors" --weight w --n 5
+has err "give either --weights FILE --weight NAME, or --n N --k K"
+expect 2 "$cli" shard --ranks 1 --mode column --n 256
 expect 1 "$cli" shard --ranks 5 --mode column --n 2112 --k 7168
 has err "does not split evenly"
 # --- grouped (MoE) ---------------------------------------------------------------------------------------------

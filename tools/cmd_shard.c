@@ -56,7 +56,8 @@ int cmd_shard(int argc, char **argv) {
     bfp8_tp_mode mode;
     if (bfp8_tp_mode_parse(mode_name, &mode) != BFP8_OK)
         return cli_usage_error(cmd, usage, "bad --mode '%s' (column or row)", mode_name);
-    if (!weights == !(n >= 0 && k >= 0) || (weights && !name) || (!weights && (n >= 0) != (k >= 0)))
+    const bool from_file = weights != NULL, from_shape = n >= 0 || k >= 0;
+    if (from_file == from_shape || (from_file && !name) || (from_shape && (n < 0 || k < 0)))
         return cli_usage_error(cmd, usage, "give either --weights FILE --weight NAME, or --n N --k K");
 
     bfp8_safetensors *f = NULL;
