@@ -40,6 +40,13 @@ bfp8_status bfp8_check_dims(const char *what, int64_t rows, int64_t cols) {
     return BFP8_OK;
 }
 
+bfp8_status bfp8_check_output_apart(const char *call, const void *y, size_t y_bytes, const bfp8_byte_range *in,
+                                    size_t count) {
+    for (size_t i = 0; i < count; i++)
+        BFP8_CHECK_ARG(!bfp8_ranges_overlap(y, y_bytes, in[i].p, in[i].bytes), "%s: y overlaps %s", call, in[i].name);
+    return BFP8_OK;
+}
+
 bfp8_status bfp8_check_matrix(const char *what, int64_t rows, int64_t cols, size_t elem_size, size_t *bytes) {
     int64_t elems, total;
     BFP8_TRY(bfp8_check_dims(what, rows, cols));

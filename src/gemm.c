@@ -48,22 +48,14 @@ bfp8_status bfp8_check_gemm_args(const bfp8_gemm_args *args) {
     BFP8_CHECK_ARG(!args->bias || bfp8_is_float_dtype(args->bias_dtype),
                    "gemm: bias dtype %s (%d) is not f32, bf16 or f16", bfp8_dtype_name(args->bias_dtype),
                    (int)args->bias_dtype);
-    /* y is written while the operands are still being read: it may share no byte with any of them. */
-    const struct {
-        const char *name;
-        const void *p;
-        size_t bytes;
-    } in[] = {
+    const bfp8_byte_range in[] = {
         {"A", args->a, a_bytes},
         {"B", args->b, b_bytes},
         {"the A scales", args->a_scales.data, bfp8_scales_bytes(args->a_scales.layout, args->m, kblocks)},
         {"the B scales", args->b_scales.data, bfp8_scales_bytes(args->b_scales.layout, args->b_scales.rows, kblocks)},
         {"the bias", args->bias, args->bias ? (size_t)args->n * bfp8_dtype_size(args->bias_dtype) : 0},
     };
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
-        BFP8_CHECK_ARG(!bfp8_ranges_overlap(args->y, y_bytes, in[i].p, in[i].bytes), "gemm: y overlaps %s",
-                       in[i].name);
-    return BFP8_OK;
+    return bfp8_check_output_apart("gemm", args->y, y_bytes, in, sizeof in / sizeof in[0]);
 }
 
 bfp8_problem bfp8_problem_of_operands(bfp8_device device, int64_t m, int64_t n, int64_t k, bfp8_dtype y_dtype,

@@ -72,12 +72,7 @@ bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *a) {
                        bfp8_dtype_name(a->bias_dtype));
         BFP8_TRY(bfp8_check_matrix("grouped gemm: bias", a->groups, a->n, bfp8_dtype_size(a->bias_dtype), NULL));
     }
-    /* y is written while the operands are still being read (as in bfp8_gemm): it may share no byte with any. */
-    const struct {
-        const char *name;
-        const void *p;
-        size_t bytes;
-    } in[] = {
+    const bfp8_byte_range in[] = {
         {"A", a->a, a_bytes},
         {"B", a->b, b_bytes},
         {"the A scales", a->a_scales.data, bfp8_grouped_scale_stride(&a->a_scales) * (size_t)(masked ? a->groups : 1)},
@@ -86,10 +81,7 @@ bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *a) {
         {"masked_m", masked ? a->masked_m : NULL, (size_t)a->groups * sizeof(int32_t)},
         {"the bias", a->bias, a->bias ? (size_t)(a->groups * a->n) * bfp8_dtype_size(a->bias_dtype) : 0},
     };
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
-        BFP8_CHECK_ARG(!bfp8_ranges_overlap(a->y, y_bytes, in[i].p, in[i].bytes), "grouped gemm: y overlaps %s",
-                       in[i].name);
-    return BFP8_OK;
+    return bfp8_check_output_apart("grouped gemm", a->y, y_bytes, in, sizeof in / sizeof in[0]);
 }
 
 bfp8_status bfp8_grouped_check_host_contents(const bfp8_grouped_gemm_args *a) {

@@ -71,6 +71,17 @@ static inline bool bfp8_ranges_overlap(const void *a, size_t a_bytes, const void
     return a && b && a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
+/* An operand's bytes, named for the error message. */
+typedef struct bfp8_byte_range {
+    const char *name;
+    const void *p;
+    size_t bytes;
+} bfp8_byte_range;
+/* An output written while its operands are still being read may share no byte with any of them:
+ * INVALID_ARGUMENT "<call>: y overlaps <name>" for the first that it does. */
+bfp8_status bfp8_check_output_apart(const char *call, const void *y, size_t y_bytes, const bfp8_byte_range *in,
+                                    size_t count);
+
 /* Validates a [rows, cols] shape (non-negative, rows*cols*elem_size fits in size_t and int64). */
 bfp8_status bfp8_check_matrix(const char *what, int64_t rows, int64_t cols, size_t elem_size, size_t *bytes);
 
