@@ -139,7 +139,7 @@ CLI_TIMER_OBJS := $(BUILD)/obj/tools/cuda_timer.o $(TOOL_CUDA_OBJS)
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
-.PHONY: all lib cli demo quant-bench gpu-tools test check-deps check-test-deps check-unit check-ptxas check-asan \
+.PHONY: all lib cli demo quant-bench gpu-tools test check-deps check-test-deps check-unit check-ptxas check-sass check-asan \
         check-clang check-cli check-crosscheck check-exports check-install check-runtime check-nonroot fuzz \
         fuzz-build deps install uninstall clean help tsan check-python print-ldlibs FORCE
 
@@ -289,8 +289,9 @@ demo:
 
 # --- tests ----------------------------------------------------------------------------------------------------------
 # The whole suite, one stage after the other (each stage builds in parallel): plain build and unit tests, ptxas
-# report, GPU tools compiled, the exported symbols, install, what the CLI loads (memory limits, OpenBLAS), a
-# non-root CPU-only build, the sanitizer build, the clang build, CLI end-to-end, numpy cross-check, short fuzz.
+# report, the kernels' SASS, GPU tools compiled, the exported symbols, install, what the CLI loads (memory limits,
+# OpenBLAS), a non-root CPU-only build, the sanitizer build, the clang build, CLI end-to-end, numpy cross-check,
+# short fuzz.
 test:
 	@{ $(MAKE) --no-print-directory -s check-test-deps && sh scripts/install-python-deps.sh --check $(PYTHON_VENV); } \
 	    >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
@@ -298,6 +299,7 @@ test:
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory check-unit
 	$(MAKE) --no-print-directory check-ptxas
+	$(MAKE) --no-print-directory check-sass
 	$(MAKE) --no-print-directory gpu-tools
 	$(MAKE) --no-print-directory check-exports
 	$(MAKE) --no-print-directory check-install
@@ -317,6 +319,10 @@ check-unit: $(TEST_BINS) $(CLI)
 # The hopper kernels as compiled: no spills, no wgmma serialized by ptxas (tests/ptxas-check.sh says why).
 check-ptxas: all
 	@sh tests/ptxas-check.sh $(CUDA_OBJDIR) $(WITH_CUDA)
+
+# The hopper kernels as assembled: each issues QGMMA, none touches local memory (tests/sass-check.sh says why).
+check-sass: all
+	@sh tests/sass-check.sh $(CUDA_OBJDIR) $(WITH_CUDA) $(PYTHON_VENV)
 
 # libblockfp8.so exports exactly the functions declared in include/*.h.
 check-exports: lib
