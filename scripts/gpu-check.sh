@@ -142,6 +142,7 @@ sass() {
     done
     echo "== ptxas"
     sh tests/ptxas-check.sh build/cuda 1
+    sh tests/sass-check.sh build/cuda 1
 }
 step sass sass >>"$out/build.log" 2>&1
 
