@@ -530,7 +530,6 @@ int cmd_bench(int argc, char **argv) {
             bfp8_dispatcher_free(s.d);
             return CLI_FAIL;
         }
-        fputc('[', s.json.f);
     }
 
     uint64_t seed = o.seed ? (uint64_t)o.seed : test_seed_fresh();
@@ -563,7 +562,6 @@ int cmd_bench(int argc, char **argv) {
                        exp(s.log_ratio_sum[bi] / s.ratio_cells[bi]), s.ratio_cells[bi], o.baseline,
                        s.slower_cells[bi]);
     }
-    if (s.json.f) fputs("\n]\n", s.json.f);
     rc = cli_json_close(cmd, s.json.f, o.json_path, rc);
     bfp8_dispatcher_free(s.d);
     return rc;

@@ -423,7 +423,6 @@ int cmd_bench_grouped(int argc, char **argv) {
         bfp8_dispatcher_free(d);
         return CLI_FAIL;
     }
-    if (json) fprintf(json, "[");
     const uint64_t seed = o.seed ? (uint64_t)o.seed : test_seed_fresh() >> 1;
     test_rng rng;
     test_rng_init(&rng, seed);
@@ -435,7 +434,6 @@ int cmd_bench_grouped(int argc, char **argv) {
     rc = CLI_OK;
     if (o.gate_up) rc = bench_layer(&o, d, "gate_up", 4096, 7168, &rng, json, &json_first);
     if (o.down && rc == CLI_OK) rc = bench_layer(&o, d, "down", 7168, 2048, &rng, json, &json_first);
-    if (json) fprintf(json, "\n]\n");
     rc = cli_json_close(cmd, json, o.json_path, rc);
     bfp8_dispatcher_free(d);
     return rc;

@@ -481,7 +481,6 @@ int cmd_bench_model(int argc, char **argv) {
 
     FILE *json = NULL;
     if (rc == CLI_OK && json_path && !(json = cli_json_open(cmd, json_path))) rc = CLI_FAIL;
-    if (json) fprintf(json, "[\n");
     bool first_record = true;
     const double tol = test_tolerance(BFP8_DTYPE_BF16, o.device);
 
@@ -639,7 +638,6 @@ int cmd_bench_model(int argc, char **argv) {
         }
         moe_routing_free(&r);
     }
-    if (json) fprintf(json, "\n]\n");
     rc = cli_json_close(cmd, json, json_path, rc);
     for (int l = 0; l < NUM_LAYERS; l++) {
         bfp8_weight_free(weights[l].dense);

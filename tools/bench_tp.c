@@ -544,7 +544,6 @@ static int run_on_gpus(const tp_opts *o, const test_nccl *nccl) {
                "bus bandwidth, GB/s\n");
         printf("%-15s %-7s %6s %6s %6s %9s %9s %8s %9s %9s %10s %10s %9s  %s\n", "layer", "mode", "M", "N", "K",
                "1gpu_us", "tp_us", "speedup", "gemm_us", "nccl_us", "coll_MB", "nccl_busbw", "tp_busbw", "check");
-        if (R->json) fputc('[', R->json);
         pthread_barrier_init(&R->barrier, NULL, (unsigned)o->ranks);
         pthread_t threads[MAX_RANKS];
         rank_arg args[MAX_RANKS];
@@ -566,7 +565,6 @@ static int run_on_gpus(const tp_opts *o, const test_nccl *nccl) {
         if (rc == CLI_OK && R->rc != CLI_OK)
             rc = cli_error(CLI_FAIL, cmd, "a tensor-parallel result differs from the unsharded layer (check column)");
     }
-    if (R->json) fputs("\n]\n", R->json);
     rc = cli_json_close(cmd, R->json, o->json_path, rc);
     layers_free(R);
     free(R);

@@ -88,8 +88,9 @@ bool cli_output_is_input(const char *cmd, const char *out, const char *const *in
  * BFP8_CLI_TEST_WRITE_DELAY_MS=N waits N ms once the temp file exists, so a test can signal it there. */
 bfp8_status cli_write_safetensors(const char *path, const bfp8_tensor *tensors, size_t count);
 
-/* --json FILE of the bench commands. cli_json_open creates a temp file beside FILE (through a symlink, beside its
- * target), removed on SIGINT, SIGTERM, SIGHUP and SIGQUIT; on failure it prints why and returns NULL. A FILE that
+/* --json FILE of the bench commands: a JSON array of records, which cli_json_open opens ('[') and cli_json_close
+ * closes. cli_json_open creates a temp file beside FILE (through a symlink, beside its target), removed on SIGINT,
+ * SIGTERM, SIGHUP and SIGQUIT; on failure it prints why and returns NULL. A FILE that
  * exists and is not a regular file (/dev/stdout, a pipe) is written directly; a directory is refused.
  * cli_json_close(cmd, f, FILE, rc) closes it and, when rc is CLI_OK, renames it onto FILE (a file it replaces keeps
  * its mode); otherwise removes it, so a failed run never leaves partial records under FILE nor destroys a FILE that

@@ -278,6 +278,7 @@ FILE *cli_json_open(const char *cmd, const char *path) {
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) { /* /dev/stdout, a pipe: nothing there to keep */
         FILE *f = fopen(path, "w");
         if (!f) cli_error(CLI_FAIL, cmd, "--json: cannot write '%s': %s", path, strerror(errno));
+        else fputc('[', f);
         return f;
     }
     struct stat lsb;
@@ -312,11 +313,13 @@ FILE *cli_json_open(const char *cmd, const char *path) {
     free(dir);
     json_dest = dest;
     json_mode = stat(dest, &sb) == 0 ? (int)(sb.st_mode & 07777) : -1;
+    fputc('[', f);
     return f;
 }
 
 int cli_json_close(const char *cmd, FILE *f, const char *path, int rc) {
     if (!f) return rc;
+    fputs("\n]\n", f);
     if (!json_dest) { /* written straight to a non-regular file */
         if (fclose(f) != 0 && rc == CLI_OK) rc = cli_error(CLI_FAIL, cmd, "--json: writing '%s' failed", path);
         return rc;
