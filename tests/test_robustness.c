@@ -575,6 +575,28 @@ static void test_aliasing_quant(void) {
     free(wq), free(qo), free(qa), free(out), free(q), free(scales), free(saved), free(arena);
 }
 
+/* Where a test places y, and the overlap the refusal must name. */
+typedef struct y_place {
+    const char *what;
+    void *y;
+} y_place;
+
+static bfp8_status run_gemm(bfp8_dispatcher *d, void *args) { return bfp8_gemm(d, args); }
+static bfp8_status run_grouped_gemm(bfp8_dispatcher *d, void *args) { return bfp8_grouped_gemm(d, args); }
+
+/* y (*y_slot of args) placed over each operand in turn: the call is refused, names the overlap, and writes none of
+ * the arena's first `bytes` (saved holds them as they were). */
+static void check_y_refused(bfp8_status (*run)(bfp8_dispatcher *, void *), bfp8_dispatcher *d, void *args,
+                            void **y_slot, const y_place *places, size_t count, const unsigned char *arena,
+                            const unsigned char *saved, size_t bytes) {
+    for (size_t i = 0; i < count; i++) {
+        *y_slot = places[i].y;
+        CHECK_STATUS(run(d, args), BFP8_ERR_INVALID_ARGUMENT);
+        CHECK(contains(bfp8_last_error(), places[i].what), "want '%s': '%s'", places[i].what, bfp8_last_error());
+        CHECK(memcmp(arena, saved, bytes) == 0, "%s: the refused call wrote", places[i].what);
+    }
+}
+
 static void test_aliasing_gemm_linear(void) {
     enum { M = 3, N = 130, K = 260, NB = 2, KB = 3 };
     /* Every operand lives in one arena so that y can be placed over each of them. */
@@ -594,10 +616,7 @@ static void test_aliasing_gemm_linear(void) {
     CHECK_OK(bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, M, KB, sa));
     CHECK_OK(bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, NB, KB, sb));
     bfp8_dispatcher *d = strict("cpu");
-    const struct {
-        const char *what;
-        void *y;
-    } places[] = {
+    const y_place places[] = {
         {"y overlaps A", arena + a_off + 10},
         {"y overlaps B", arena + b_off + 1000},
         {"y overlaps the A scales", arena + sa_off + 4},
@@ -605,12 +624,7 @@ static void test_aliasing_gemm_linear(void) {
         {"y overlaps the bias", bias},
         {"y overlaps the bias", arena + bias_off + 6},
     };
-    for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
-        g.y = places[i].y;
-        CHECK_STATUS(bfp8_gemm(d, &g), BFP8_ERR_INVALID_ARGUMENT);
-        CHECK(contains(bfp8_last_error(), places[i].what), "want '%s': '%s'", places[i].what, bfp8_last_error());
-        CHECK(memcmp(arena, saved, end) == 0, "%s: the refused call wrote", places[i].what);
-    }
+    check_y_refused(run_gemm, d, &g, &g.y, places, sizeof places / sizeof places[0], arena, saved, end);
     uint16_t *y = malloc(sizeof(uint16_t) * M * N);
     g.y = y;
     CHECK_OK(bfp8_gemm(d, &g));
@@ -661,22 +675,14 @@ static void test_aliasing_grouped(void) {
     CHECK_OK(bfp8_scales_init(&g.a_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, M, KB, sa));
     CHECK_OK(bfp8_scales_init(&g.b_scales, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, NB, KB, sb));
     bfp8_dispatcher *d = strict("cpu");
-    const struct {
-        const char *what;
-        void *y;
-    } places[] = {
+    const y_place places[] = {
         {"y overlaps A", arena + a_off + 10},
         {"y overlaps B", arena + b_off + G * N * K - 8},
         {"y overlaps the A scales", arena + sa_off + 4},
         {"y overlaps the B scales", arena + sb_off + 4 * NB * KB}, /* group 1's matrix */
         {"y overlaps m_indices", arena + idx_off + 4},
     };
-    for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
-        g.y = places[i].y;
-        CHECK_STATUS(bfp8_grouped_gemm(d, &g), BFP8_ERR_INVALID_ARGUMENT);
-        CHECK(contains(bfp8_last_error(), places[i].what), "want '%s': '%s'", places[i].what, bfp8_last_error());
-        CHECK(memcmp(arena, saved, end) == 0, "%s: the refused call wrote", places[i].what);
-    }
+    check_y_refused(run_grouped_gemm, d, &g, &g.y, places, sizeof places / sizeof places[0], arena, saved, end);
     /* The bias ([G, N]) and masked_m ([G]) too. */
     g.bias = bias, g.bias_dtype = BFP8_DTYPE_F32, g.y = arena + bias_off + 4 * N;
     CHECK_STATUS(bfp8_grouped_gemm(d, &g), BFP8_ERR_INVALID_ARGUMENT);
