@@ -424,6 +424,71 @@ static void check_gemms(void) {
     bfp8_dispatcher_free(d);
 }
 
+/* Packed UE8M0 activation scales as a caller may hand them: byte 255 (NaN) and byte 0 (2^-127) read as the host
+ * reads them (bfp8_ue8m0_to_f32), so cuda_generic and ref agree on which outputs are NaN and on the rest. The
+ * output is poisoned with a finite value, so a NaN row was written, not left. */
+static void check_packed_scale_extremes(void) {
+    enum { M = 3, N = 130, K = 300, KB = 3, NB = 2 };
+    bfp8_dispatcher *d = NULL;
+    CHECK_OK(bfp8_dispatcher_create_default(&d));
+    const bfp8_backend *be = d ? bfp8_dispatcher_find(d, "cuda_generic") : NULL;
+    if (!be) {
+        bfp8_dispatcher_free(d);
+        return;
+    }
+    CHECK(be->caps.a_layouts & BFP8_BIT(BFP8_LAYOUT_PACKED_UE8M0), "cuda_generic no longer takes packed A scales");
+    float *x = malloc(sizeof(float) * M * K), *w = malloc(sizeof(float) * N * K), sa[M * KB], sb[NB * KB];
+    fill_input(x, BFP8_DTYPE_F32, M * K, false);
+    for (int64_t i = 0; i < N * K; i++) w[i] = test_randn(0.05f);
+    uint8_t qa[M * K], *qb = malloc(N * K);
+    bfp8_scales as, bs, ap, bl;
+    CHECK_OK(bfp8_scales_init(&as, BFP8_SCALE_UE8M0, BFP8_LAYOUT_ROW_MAJOR, M, KB, sa));
+    CHECK_OK(bfp8_scales_init(&bs, BFP8_SCALE_UE8M0, BFP8_LAYOUT_ROW_MAJOR, NB, KB, sb));
+    CHECK_OK(bfp8_quantize_act(x, BFP8_DTYPE_F32, M, K, qa, &as, NULL));
+    CHECK_OK(bfp8_quantize_weight(w, BFP8_DTYPE_F32, N, K, qb, &bs, NULL));
+    uint32_t packed[4] = {0}; /* ceil(KB/4) = 1 word per row, rows padded to 4 */
+    CHECK_OK(bfp8_scales_init(&ap, BFP8_SCALE_UE8M0, BFP8_LAYOUT_PACKED_UE8M0, M, KB, packed));
+    CHECK_OK(bfp8_scales_convert(&as, &ap));
+    packed[0] |= 0xFFu << 8;      /* row 0, K block 1: NaN */
+    packed[1] &= ~(uint32_t)0xFF; /* row 1, K block 0: 2^-127 */
+    const bfp8_scale_layout b_layout =
+        bfp8_first_layout(be->caps.b_layouts & bfp8_scale_layouts_for(BFP8_SCALE_UE8M0));
+    size_t bl_bytes = bfp8_scales_bytes(b_layout, NB, KB);
+    void *sb2 = malloc(bl_bytes);
+    CHECK_OK(bfp8_scales_init(&bl, BFP8_SCALE_UE8M0, b_layout, NB, KB, sb2));
+    CHECK_OK(bfp8_scales_convert(&bs, &bl));
+
+    float y_ref[M * N], y[M * N];
+    bfp8_gemm_args h = {.m = M, .n = N, .k = K, .a = qa, .a_scales = ap, .b = qb, .b_scales = bs, .y = y_ref,
+                        .y_dtype = BFP8_DTYPE_F32, .device = BFP8_DEVICE_CPU};
+    CHECK_OK(bfp8_backend_ref.gemm(&bfp8_backend_ref, &h));
+    void *da = check_dev_upload(qa, sizeof qa), *db = check_dev_upload(qb, N * K),
+         *dsa = check_dev_upload(packed, sizeof packed), *dsb = check_dev_upload(sb2, bl_bytes),
+         *dy = check_dev_filled(sizeof y, 0x7F); /* 3.4e38 in every f32 */
+    bfp8_gemm_args g = h;
+    g.a = da, g.b = db, g.y = dy, g.device = BFP8_DEVICE_CUDA;
+    g.a_scales.data = dsa;
+    g.b_scales = bl;
+    g.b_scales.data = dsb;
+    CHECK_OK(bfp8_dispatcher_set_policy(d, BFP8_POLICY_STRICT, "cuda_generic"));
+    CHECK_OK(bfp8_gemm(d, &g));
+    CHECK_OK(bfp8_cuda_synchronize(NULL));
+    CHECK_OK(bfp8_cuda_download(y, dy, sizeof y));
+    int64_t nan_mismatch = 0, ref_nan = 0;
+    for (int i = 0; i < M * N; i++) {
+        nan_mismatch += isnan(y[i]) != isnan(y_ref[i]);
+        ref_nan += isnan(y_ref[i]);
+    }
+    CHECK(ref_nan == N, "ref: %lld NaN outputs, expected row 0's %d", (long long)ref_nan, N);
+    CHECK(nan_mismatch == 0, "packed scale bytes 0/255: %lld outputs NaN on one side only", (long long)nan_mismatch);
+    const double err = test_rel_frobenius(y + N, y_ref + N, (M - 1) * N);
+    CHECK(err <= test_tolerance(BFP8_DTYPE_F32, BFP8_DEVICE_CUDA),
+          "packed scale bytes 0/255: rows 1-2 rel Frobenius %.3g against ref", err);
+    bfp8_cuda_free(da), bfp8_cuda_free(db), bfp8_cuda_free(dsa), bfp8_cuda_free(dsb), bfp8_cuda_free(dy);
+    free(x), free(w), free(qb), free(sb2);
+    bfp8_dispatcher_free(d);
+}
+
 /* ---- prepared weights on the device ------------------------------------------------------------------------ */
 
 /* The weight store's upload (src/weight_store.c): a weight prepared for a CUDA backend of each scale layout holds
@@ -491,6 +556,7 @@ int main(void) {
     check_memory_api();
     check_quantization();
     check_gemms();
+    check_packed_scale_extremes();
     check_weight_upload();
     test_calc_diff_mean_check("cuda");
     return TEST_SUMMARY("cuda");

@@ -49,7 +49,14 @@ __host__ __device__ static inline uint32_t bfp8_dev_ue8m0_ceil(float s) {
     return (uint32_t)e;
 }
 
-__device__ static inline float bfp8_dev_ue8m0_value(uint32_t e) { return __uint_as_float(e << 23); }
+/* UE8M0 exponent byte e -> 2^(e-127), as bfp8_ue8m0_to_f32 reads it on the host: 255 is NaN and 0 is 2^-127 (a
+ * subnormal), which a plain shift into the exponent field would make inf and 0. Packed scales from a caller may
+ * hold either. */
+__device__ static inline float bfp8_dev_ue8m0_value(uint32_t e) {
+    if (e == 0) return __uint_as_float(0x00400000u);
+    if (e == 255) return __uint_as_float(0x7FC00000u);
+    return __uint_as_float(e << 23);
+}
 
 /* Scale (r, kb) of a view, as fp32. */
 __device__ static inline float bfp8_dev_scale_get(const bfp8_cuda_scale_view &v, int64_t r, int64_t kb) {
