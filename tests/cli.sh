@@ -104,6 +104,8 @@ write("gap.safetensors", {}, raw_header=json.dumps(
     {"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}).encode(), tail=b"\0" * 8)
 write("bom.safetensors", {}, raw_header=b"\xef\xbb\xbf{}")
 write("dup_metadata.safetensors", {}, raw_header=b'{"__metadata__": {"k": "a", "k": "b"}}')
+# A name that would drive a terminal ("\u001b[2J" clears the screen).
+write("control_name.safetensors", {"\x1b[2Jw": ("F32", [2, 4], f32([1.0] * 8))})
 # The same activations in other shapes: [1, M, K] is x_3d above; [K] one row; [2, 2, K] (rows 0..3 of x2d4).
 write("shapes.safetensors", {
     "row": ("BF16", [K], bf16(x[:K])),
@@ -197,7 +199,7 @@ expect 1 "$cli" linear --weights "$tmp/nope.safetensors" --weight w --in "$tmp/i
     --out "$tmp/y.safetensors"
 has err "blockfp8 linear: "
 for bad in empty short header_past_eof huge_header not_json array offsets_out_of_range reversed_offsets \
-    shape_mismatch bad_dtype truncated_data gap bom dup_metadata; do
+    shape_mismatch bad_dtype truncated_data gap bom dup_metadata control_name; do
     expect 1 "$cli" quantize --kind act --in "$tmp/$bad.safetensors" --out "$tmp/o.safetensors"
     has err "blockfp8 quantize: $tmp/$bad.safetensors: "
     expect 1 "$cli" linear --weights "$tmp/$bad.safetensors" --weight t --in "$tmp/input.safetensors" --input x \
@@ -205,6 +207,9 @@ for bad in empty short header_past_eof huge_header not_json array offsets_out_of
     has err "blockfp8 linear: "
 done
 [ ! -e "$tmp/o.safetensors" ] && pass || fail "a failed quantize left an output file"
+expect 1 "$cli" quantize --kind act --in "$tmp/control_name.safetensors" --out "$tmp/o.safetensors"
+has err "tensor name '\\x1b[2Jw' holds a control character (0x1b at byte 0)"
+if LC_ALL=C grep -q "$(printf '\033')" "$tmp/err"; then fail "an escape character reached stderr"; else pass; fi
 
 # --- quantize ----------------------------------------------------------------------------------------------------
 expect 1 "$cli" quantize --kind weight --in "$tmp/model.safetensors" --out "$tmp/model.safetensors"
@@ -720,6 +725,12 @@ grep -qF '[{"old": 1}]' "$tmp/bench.json" && pass || fail "a failed bench change
 # Sizes whose buffers' byte counts would wrap (4 * 2^31 * 2^31 = 2^64) are refused before anything is allocated.
 expect 1 "$cli" bench --shapes 2147483648x2147483648 --m 1 --iters 1
 has err "M=1 N=2147483648 K=2147483648: the buffers overflow"
+# Empty items in a list are refused, not skipped.
+for list in ",128x128" "128x128,,256x256" "128x128,"; do
+    expect 2 "$cli" bench --shapes "$list" --m 1 --iters 1
+    has err "--shapes: '$list' has an empty item"
+done
+expect 2 "$cli" bench --shapes 128x128 --m 1, --iters 1
 expect 0 "$cli" bench --shapes 128x128 --m 1 --iters 1 --json "$tmp/bench.json"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r)==1 and r[0]['n']==128" "$tmp/bench.json" \
     && pass || fail "bench --json: records"

@@ -128,6 +128,8 @@ static int parse_shapes(const char *s, bench_opts *o) {
         return CLI_OK;
     }
     o->nshapes = 0;
+    if (cli_list_has_empty_item(s))
+        return cli_usage_error("bench", USAGE, "--shapes: '%s' has an empty item (NxK pairs separated by commas)", s);
     char *copy = strdup(s), *save = NULL;
     if (!copy) return cli_error(CLI_FAIL, "bench", "out of memory");
     int rc = CLI_OK;

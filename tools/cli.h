@@ -43,6 +43,8 @@ int cli_lib_error(const char *cmd, const char *what, bfp8_status st);
 bool cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 /* A finite decimal number in [min, max]. */
 bool cli_parse_f64(const char *s, double min, double max, double *out);
+/* Whether a comma-separated list is empty or has an empty item (",1", "1,,2", "1,"). */
+bool cli_list_has_empty_item(const char *s);
 /* Comma-separated list of integers (e.g. "1,16,128"); at most `cap` values. */
 bool cli_parse_i64_list(const char *s, int64_t min, int64_t max, int64_t *out, int cap, int *count);
 

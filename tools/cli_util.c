@@ -99,14 +99,17 @@ bool cli_parse_f64(const char *s, double min, double max, double *out) {
     return true;
 }
 
+bool cli_list_has_empty_item(const char *s) {
+    /* strtok_r skips empty items (",1", "1,,2", "1,"), so lists parsed with it reject them first. */
+    return !*s || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,");
+}
+
 bool cli_parse_i64_list(const char *s, int64_t min, int64_t max, int64_t *out, int cap, int *count) {
     char buf[1024];
     char *save = NULL, *tok;
     int n = 0;
-    if (!s || !*s || strlen(s) >= sizeof buf) return false;
+    if (!s || cli_list_has_empty_item(s) || strlen(s) >= sizeof buf) return false;
     strcpy(buf, s);
-    /* strtok_r would skip empty items ("1,,2"); reject them explicitly. */
-    if (buf[0] == ',' || buf[strlen(buf) - 1] == ',' || strstr(buf, ",,")) return false;
     for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (n >= cap || !cli_parse_i64(tok, min, max, &out[n])) return false;
         n++;
