@@ -74,6 +74,7 @@ def seeds():
     s["bad_header_past_eof"] = struct.pack("<Q", 1000) + b'{"a":1}'
     s["bad_short"] = b"\x02\x00\x00"
     s["bad_metadata_value"] = pack({"__metadata__": {"k": 1}}, b"")
+    s["bad_name_control"] = pack({"\x1b[31mred": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, pattern(8, 3))
     return s
 
 

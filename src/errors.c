@@ -29,8 +29,23 @@ bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    memcpy(last_error, msg, sizeof msg);
+    bfp8_escape_controls(msg, last_error, sizeof last_error);
     return status;
+}
+
+/* Messages name tensors read from files, and a hostile name must not drive the terminal that prints it. */
+void bfp8_escape_controls(const char *src, char *dst, size_t dst_size) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)src; *p && o + 1 < dst_size; p++) {
+        if (*p >= 0x20 && *p != 0x7f) {
+            dst[o++] = (char)*p;
+        } else {
+            if (o + 5 > dst_size) break; /* "\xNN" and the terminator */
+            dst[o++] = '\\', dst[o++] = 'x', dst[o++] = hex[*p >> 4], dst[o++] = hex[*p & 15];
+        }
+    }
+    if (dst_size) dst[o] = '\0';
 }
 
 bfp8_status bfp8_check_dims(const char *what, int64_t rows, int64_t cols) {

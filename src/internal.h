@@ -11,7 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Sets the thread-local error message and returns `status` (so callers can `return bfp8_fail(...)`). */
+/* Sets the thread-local error message, control characters escaped as \xNN, and returns `status` (so callers can
+ * `return bfp8_fail(...)`). */
 bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -20,6 +21,8 @@ bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
 
 /* Size of the thread-local error message, room for two paths of PATH_MAX and the reason. */
 #define BFP8_ERROR_MAX (2 * 4096 + 512)
+/* src with every byte below 0x20 and 0x7f written as \xNN, cut to fit dst (always terminated). */
+void bfp8_escape_controls(const char *src, char *dst, size_t dst_size);
 
 #define BFP8_CHECK_ARG(cond, ...)                                                                                \
     do {                                                                                                         \
@@ -161,6 +164,11 @@ bfp8_scale_layout bfp8_act_layout(uint32_t set);
  * runs which task varies: results must not depend on it. A nested or concurrent call runs serially. */
 typedef void (*bfp8_task_fn)(void *ctx, int64_t task, int thread);
 bfp8_status bfp8_parallel_for(int64_t ntasks, int max_threads, bfp8_task_fn fn, void *ctx);
+/* BFP8_NUM_THREADS: INVALID_ARGUMENT where it is set to anything but an integer in [1, 256] (bfp8_check_env). */
+bfp8_status bfp8_threads_check_env(void);
+
+/* Whether BFP8_LOG's value (a comma-separated list of topics: dispatch, hopper; NULL when unset) names `topic`. */
+bool bfp8_log_has_topic(const char *value, const char *topic);
 
 /* Parses JSON text that must be an object, as strictly as a safetensors header (src/safetensors.c): UTF-8 without
  * raw control characters or a byte order mark, starting with '{', nesting at most 128 deep, no escaped NUL, no key

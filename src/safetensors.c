@@ -15,6 +15,7 @@
  * - objects and arrays nest at most ST_MAX_DEPTH deep (serde_json's limit);
  * - a string holding an escaped NUL (\u0000) is an error: cJSON strings are C strings, so "F32\u0000junk" would
  *   read as "F32" and a name would be cut (the reference reader accepts NULs in names and metadata);
+ * - tensor names hold no control character, escaped or not (they are printed; the reference reader accepts them);
  * - only the dtypes blockfp8 computes with are accepted (F8_E4M3, F8_E8M0, BF16, F16, F32, I32); any other is FORMAT;
  * - "__metadata__" is validated (an object of strings) but neither exposed nor written;
  * - unknown keys inside a tensor entry are ignored, as other readers do;
@@ -117,7 +118,8 @@ static size_t st_utf8_invalid_at(const unsigned char *p, size_t n) {
 
 static bool st_is_json_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-/* Names must be non-empty, at most ST_MAX_NAME_BYTES and UTF-8 (so that a written file reads back). */
+/* Names must be non-empty, at most ST_MAX_NAME_BYTES and UTF-8 (so that a written file reads back), and hold no
+ * control character (an escaped "\u001b" in the JSON is one): names are printed, and no checkpoint needs one. */
 static bfp8_status st_check_name(const char *name, bfp8_status status, const char *context) {
     size_t len = strlen(name);
     if (len == 0) return bfp8_fail(status, "%s: a tensor has an empty name", context);
@@ -126,6 +128,10 @@ static bfp8_status st_check_name(const char *name, bfp8_status status, const cha
                          ST_MAX_NAME_BYTES);
     if (st_utf8_invalid_at((const unsigned char *)name, len) < len)
         return bfp8_fail(status, "%s: tensor name '%.64s' is not valid UTF-8", context, name);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+            return bfp8_fail(status, "%s: tensor name '%.64s' holds a control character (0x%02x at byte %zu)", context,
+                             name, (unsigned)(unsigned char)name[i], i);
     return BFP8_OK;
 }
 

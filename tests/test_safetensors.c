@@ -258,6 +258,15 @@ static void test_malformed_names(void) {
                                           "\"a\\u0000z\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
                   8, "escaped NUL");
     expect_format("empty name", "{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "empty name");
+    /* Escaped control characters in a name (raw ones are not JSON): refused, and escaped in the message, so that
+     * printing it cannot drive a terminal. Every one of 0x01-0x1f, and DEL. */
+    for (int c = 1; c <= 0x20; c++) {
+        const int code = c == 0x20 ? 0x7f : c;
+        char hdr[160], want[64];
+        snprintf(hdr, sizeof hdr, "{\"ok\\u%04x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", code);
+        snprintf(want, sizeof want, "'ok\\x%02x' holds a control character (0x%02x at byte 2)", code, code);
+        expect_format("control character in a name", hdr, 4, want);
+    }
     char header[1300], name[1100];
     memset(name, 'n', 1025);
     name[1025] = '\0';
@@ -829,6 +838,7 @@ static void test_arguments(void) {
         {"empty name", {good}, 1},
         {"1025-byte name", {good}, 1},
         {"invalid UTF-8 name", {good}, 1},
+        {"control character in a name", {good}, 1},
         {"reserved name", {good}, 1},
         {"unknown dtype", {good}, 1},
         {"negative dtype", {good}, 1},
@@ -844,16 +854,17 @@ static void test_arguments(void) {
     bad[1].t[0].name = "";
     bad[2].t[0].name = long_name;
     bad[3].t[0].name = "a\xff";
-    bad[4].t[0].name = "__metadata__";
-    bad[5].t[0].dtype = BFP8_DTYPE_COUNT;
-    bad[6].t[0].dtype = (bfp8_dtype)-1;
-    bad[7].t[0].ndim = 9;
-    bad[8].t[0].ndim = -1;
-    bad[9].t[0].shape[0] = -2;
-    bad[10].t[0].nbytes = 4;
-    bad[11].t[0].data = NULL;
-    bad[13].t[0].ndim = 2;
-    bad[13].t[0].shape[0] = bad[13].t[0].shape[1] = (int64_t)1 << 40;
+    bad[4].t[0].name = "a\x1b[0m";
+    bad[5].t[0].name = "__metadata__";
+    bad[6].t[0].dtype = BFP8_DTYPE_COUNT;
+    bad[7].t[0].dtype = (bfp8_dtype)-1;
+    bad[8].t[0].ndim = 9;
+    bad[9].t[0].ndim = -1;
+    bad[10].t[0].shape[0] = -2;
+    bad[11].t[0].nbytes = 4;
+    bad[12].t[0].data = NULL;
+    bad[14].t[0].ndim = 2;
+    bad[14].t[0].shape[0] = bad[14].t[0].shape[1] = (int64_t)1 << 40;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         bfp8_status st = bfp8_safetensors_write(path, bad[i].t, bad[i].count);
         CHECK(st == BFP8_ERR_INVALID_ARGUMENT && bfp8_last_error()[0], "%s: %s '%s'", bad[i].label,
