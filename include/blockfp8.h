@@ -485,8 +485,9 @@ bfp8_status bfp8_set_num_threads(int n);
 int bfp8_get_num_threads(void);
 
 /* Checks the environment variables the library reads for a value it would ignore: BFP8_NUM_THREADS (an integer in
- * [1, 256]) and BFP8_CPU_ISA (auto, portable or avx2). Where a value is bad, the library uses its default and stays
- * silent; this call says so: INVALID_ARGUMENT with the variable, its value and what it takes. */
+ * [1, 256]), BFP8_CPU_ISA (auto, portable or avx2), BFP8_LOG (a comma-separated list of dispatch, hopper) and the
+ * hopper backend's BFP8_HOPPER_* knobs (docs/hopper-knobs.md). Where a value is bad, the library uses its default and
+ * stays silent; this call says so: INVALID_ARGUMENT with the variable, its value and what it takes. */
 bfp8_status bfp8_check_env(void);
 
 #if defined(__GNUC__)

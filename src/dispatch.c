@@ -312,7 +312,7 @@ bfp8_status bfp8_dispatcher_create(bfp8_dispatcher **out) {
     if (!d) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "dispatcher: out of memory");
     pthread_mutex_init(&d->lock, NULL);
     const char *log = getenv("BFP8_LOG");
-    d->log_dispatch = log && strstr(log, "dispatch");
+    d->log_dispatch = bfp8_log_has_topic(log, "dispatch");
     *out = d;
     return BFP8_OK;
 }

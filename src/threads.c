@@ -4,7 +4,6 @@
  * Tasks are claimed from an atomic counter, so which thread runs a task varies from run to run: callers must make
  * every task's result independent of the thread that runs it (the `cpu` backend splits only along M/N). */
 #include "internal.h"
-#include "cpu_features.h" /* bfp8_cpu_check_env */
 
 #include <errno.h>
 #include <pthread.h>
@@ -27,7 +26,7 @@ static int env_num_threads(void) {
     return errno == 0 && *end == '\0' && v >= 1 && v <= BFP8_MAX_THREADS ? (int)v : -1;
 }
 
-static bfp8_status check_env_num_threads(void) {
+bfp8_status bfp8_threads_check_env(void) {
     if (env_num_threads() >= 0) return BFP8_OK;
     return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT, "BFP8_NUM_THREADS='%.64s' is not an integer in [1, %d] (unset it for "
                      "the number of online cores)", getenv("BFP8_NUM_THREADS"), BFP8_MAX_THREADS);
@@ -46,12 +45,7 @@ bfp8_status bfp8_set_num_threads(int n) {
     BFP8_CHECK_ARG(n <= BFP8_MAX_THREADS, "bfp8_set_num_threads: %d threads is above the limit of %d", n,
                    BFP8_MAX_THREADS);
     atomic_store(&num_threads_setting, n > 0 ? n : 0);
-    return n > 0 ? BFP8_OK : check_env_num_threads();
-}
-
-bfp8_status bfp8_check_env(void) {
-    BFP8_TRY(check_env_num_threads());
-    return bfp8_cpu_check_env();
+    return n > 0 ? BFP8_OK : bfp8_threads_check_env();
 }
 
 int bfp8_get_num_threads(void) {

@@ -43,6 +43,14 @@ static bfp8_hopper_knobs knobs_of(const char *env) {
     g_env = env;
     return bfp8_hopper_knobs_parse(env_lookup);
 }
+/* Whether bfp8_hopper_knobs_check takes the environment: exactly when the parse applies every value set (an empty
+ * value counts as unset). */
+static bool knobs_taken(const char *env) {
+    g_env = env;
+    char why[256];
+    return bfp8_hopper_knobs_check(env_lookup, why, sizeof why);
+}
+static bool value_empty(const char *env) { return !*env || env[strlen(env) - 1] == '='; }
 
 static void check_row(const plan_row *r, const bfp8_hopper_knobs *knobs, const char *what) {
     const bfp8_hopper_cluster_fit none = {{0}};
@@ -369,6 +377,8 @@ static void test_knobs(void) {
                   k.tile_rows == tiles[i].rows,
               "'%s': forced %d swap %d bq %d rows %d", tiles[i].env, (int)k.tile_forced, (int)k.tile_swap, k.tile_bq,
               k.tile_rows);
+        CHECK(knobs_taken(tiles[i].env) == (k.tile_forced || value_empty(tiles[i].env)), "'%s': check says %d",
+              tiles[i].env, (int)knobs_taken(tiles[i].env));
     }
     static const struct {
         const char *env;
@@ -376,9 +386,12 @@ static void test_knobs(void) {
     } splits[] = {{"BFP8_HOPPER_SPLITS=1", 1},    {"BFP8_HOPPER_SPLITS=3", 3},  {"BFP8_HOPPER_SPLITS=1024", 1024},
                   {"BFP8_HOPPER_SPLITS=1025", 0}, {"BFP8_HOPPER_SPLITS=0", 0},  {"BFP8_HOPPER_SPLITS=-2", 0},
                   {"BFP8_HOPPER_SPLITS=3a", 0},   {"BFP8_HOPPER_SPLITS=", 0}};
-    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++)
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
         CHECK(knobs_of(splits[i].env).splits == splits[i].splits, "'%s': %d splits", splits[i].env,
               knobs_of(splits[i].env).splits);
+        CHECK(knobs_taken(splits[i].env) == (splits[i].splits != 0 || value_empty(splits[i].env)),
+              "'%s': check says %d", splits[i].env, (int)knobs_taken(splits[i].env));
+    }
     static const struct {
         const char *env;
         bfp8_hopper_force force;
@@ -387,9 +400,12 @@ static void test_knobs(void) {
                   {"BFP8_HOPPER_FORCE=stream-k", BFP8_HOPPER_FORCE_STREAM_K},
                   {"BFP8_HOPPER_FORCE=stream-K", BFP8_HOPPER_FORCE_NONE},
                   {"BFP8_HOPPER_FORCE=all", BFP8_HOPPER_FORCE_NONE}};
-    for (size_t i = 0; i < sizeof forces / sizeof forces[0]; i++)
+    for (size_t i = 0; i < sizeof forces / sizeof forces[0]; i++) {
         CHECK(knobs_of(forces[i].env).force == forces[i].force, "'%s': force %d", forces[i].env,
               (int)knobs_of(forces[i].env).force);
+        CHECK(knobs_taken(forces[i].env) == (forces[i].force != BFP8_HOPPER_FORCE_NONE), "'%s': check says %d",
+              forces[i].env, (int)knobs_taken(forces[i].env));
+    }
     static const struct {
         const char *env;
         int group_p;
@@ -397,9 +413,14 @@ static void test_knobs(void) {
                   {"BFP8_HOPPER_RASTER_GROUP=1024", 1024}, {"BFP8_HOPPER_RASTER_GROUP=2048", 0},
                   {"BFP8_HOPPER_RASTER_GROUP=0", 0},       {"BFP8_HOPPER_RASTER_GROUP=8x", 0},
                   {"BFP8_HOPPER_RASTER_GROUP=12", 12},     {"BFP8_HOPPER_RASTER_GROUP=-8", 0}};
-    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
-        CHECK(knobs_of(groups[i].env).group_p == groups[i].group_p, "'%s': groups of %d", groups[i].env,
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        const int g = groups[i].group_p;
+        CHECK(knobs_of(groups[i].env).group_p == g, "'%s': groups of %d", groups[i].env,
               knobs_of(groups[i].env).group_p);
+        /* The planner takes only powers of two, so the check refuses 12. */
+        CHECK(knobs_taken(groups[i].env) == (g > 0 && (g & (g - 1)) == 0), "'%s': check says %d", groups[i].env,
+              (int)knobs_taken(groups[i].env));
+    }
     CHECK(bfp8_hopper_plan_make(4096, 7168, 16384, 132, NULL, NULL).group_p == BFP8_HOPPER_GROUP_P &&
               bfp8_hopper_plan_make(4096, 7168, 16384, 132, NULL, &(bfp8_hopper_knobs){.group_p = 16}).group_p == 16 &&
               bfp8_hopper_plan_make(4096, 7168, 16384, 132, NULL, &(bfp8_hopper_knobs){.group_p = 12}).group_p ==
@@ -447,7 +468,10 @@ static void test_knobs(void) {
     CHECK(bfp8_hopper_plan_make(64, 32768, short_k, 132, NULL, &tile128).bq == 128,
           "BFP8_HOPPER_TILE=128 overrides the short-K tile width");
     CHECK(knobs_of("BFP8_HOPPER_TRACE=1").trace && !knobs_of("BFP8_HOPPER_TRACE=0").trace, "BFP8_HOPPER_TRACE");
-    CHECK(knobs_of("BFP8_LOG=dispatch+hopper").log_plans && !knobs_of("BFP8_LOG=dispatch").log_plans, "BFP8_LOG");
+    /* Whole topics only (test_env checks comma-separated lists, which this lookup cannot pose). */
+    CHECK(knobs_of("BFP8_LOG=hopper").log_plans && !knobs_of("BFP8_LOG=dispatch").log_plans &&
+              !knobs_of("BFP8_LOG=dispatch+hopper").log_plans && !knobs_of("BFP8_LOG=hoppers").log_plans,
+          "BFP8_LOG");
     /* The process's environment is read once, and the test runs under none of these (gpu-check's variants set
      * them for test_hopper, not for this binary). */
     CHECK(bfp8_hopper_knobs_env() == bfp8_hopper_knobs_env(), "the environment's knobs are one struct");

@@ -52,8 +52,8 @@ __all__ = [
     "per_token_group_quant_fp8", "per_block_quant_fp8", "w8a8_block_fp8_matmul", "apply_w8a8_block_fp8_linear",
     "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "Linear", "explain",
     "Explanation", "stats", "reset_stats", "policy", "set_policy", "get_policy", "backends", "unavailable_backends",
-    "cuda_available", "set_num_threads", "get_num_threads", "FallbackWarning", "Error", "InvalidArgumentError",
-    "UnsupportedError", "NotFoundError", "OutOfMemoryError", "FileError", "FormatError", "DeviceError", "BLOCK",
+    "cuda_available", "set_num_threads", "get_num_threads", "check_env", "FallbackWarning", "Error",
+    "InvalidArgumentError", "UnsupportedError", "NotFoundError", "OutOfMemoryError", "FileError", "FormatError", "DeviceError", "BLOCK",
     "__version__", "tp",
 ]
 
@@ -81,6 +81,20 @@ def set_num_threads(n):
 
 def get_num_threads():
     return _native.get_num_threads()
+
+
+def check_env():
+    """Raises InvalidArgumentError naming the first BFP8_* environment variable whose value the library would ignore
+    (and use its default instead): BFP8_NUM_THREADS, BFP8_CPU_ISA, BFP8_LOG, hopper's BFP8_HOPPER_* knobs. Import
+    runs it and turns a failure into a RuntimeWarning."""
+    _native.check_env()
+
+
+try:
+    check_env()
+except InvalidArgumentError as _e:
+    import warnings
+    warnings.warn(f"blockfp8: {_e} (its default applies)", RuntimeWarning, stacklevel=2)
 
 
 def per_token_group_quant_fp8(x, group_size=128, eps=1e-10, column_major_scales=False, scale_tma_aligned=False,

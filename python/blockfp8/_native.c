@@ -176,6 +176,12 @@ static PyObject *py_get_num_threads(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(bfp8_get_num_threads());
 }
 
+static PyObject *py_check_env(PyObject *self, PyObject *unused) {
+    bfp8_status st = bfp8_check_env();
+    if (st != BFP8_OK) return raise_status(st, "check_env");
+    Py_RETURN_NONE;
+}
+
 /* ---------------------------------------------------------------------------------------------------------------
  * Quantization
  * ------------------------------------------------------------------------------------------------------------- */
@@ -1381,6 +1387,7 @@ static PyMethodDef methods[] = {
     {"address", py_address, METH_O, "the address of an array's first element (buffer protocol)"},
     {"set_num_threads", py_set_num_threads, METH_O, NULL},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, NULL},
+    {"check_env", py_check_env, METH_NOARGS, NULL},
     FAST(quantize_act),
     FAST(quantize_weight),
     FAST(layouts_of),

@@ -248,3 +248,22 @@ def test_library_errors_carry_the_library_message(tmp_path):
         blockfp8.Linear.from_safetensors(bad, "w")
     with pytest.raises(blockfp8.InvalidArgumentError, match="threads|thread"):
         blockfp8.set_num_threads(1 << 20)
+
+
+def test_check_env(monkeypatch):
+    """A BFP8_* value the library would ignore: check_env raises naming it; import warns (a fresh interpreter)."""
+    import subprocess
+    import sys
+    monkeypatch.setenv("BFP8_LOG", "dispach")
+    with pytest.raises(blockfp8.InvalidArgumentError, match="BFP8_LOG='dispach'"):
+        blockfp8.check_env()
+    monkeypatch.setenv("BFP8_LOG", "dispatch,hopper")
+    blockfp8.check_env()
+    env = dict(__import__("os").environ, BFP8_HOPPER_TILE="64x48", BFP8_NO_TORCH="1")
+    proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import blockfp8"], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "BFP8_HOPPER_TILE='64x48'" in proc.stderr, proc.stderr
+    env["BFP8_HOPPER_TILE"] = "64x32"
+    proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import blockfp8"], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -1,7 +1,9 @@
 /* hopper's environment variables, parsed once (knobs.h; docs/hopper-knobs.md). */
 #include "backends/hopper/knobs.h"
+#include "internal.h" /* bfp8_log_has_topic */
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +19,9 @@ static int parse_count(const char *e, long lo, long hi, int fallback) {
     return e && end != e && *end == '\0' && v >= lo && v <= hi ? (int)v : fallback;
 }
 
-static void parse_tile(const char *e, bfp8_hopper_knobs *k) {
-    if (!e) return;
+/* Sets the tile knobs from a valid value; false (nothing set) for anything else. */
+static bool parse_tile(const char *e, bfp8_hopper_knobs *k) {
+    if (!e) return false;
     const bool swap = strncmp(e, "swap", 4) == 0;
     const char *num = swap ? e + 4 : e;
     char *end = NULL;
@@ -27,16 +30,17 @@ static void parse_tile(const char *e, bfp8_hopper_knobs *k) {
         rows = v;
         num = end + 1;
         v = *num ? strtol(num, &end, 10) : 0;
-        if (!*num || (rows != 64 && rows != 128) || (v != 32 && v != 64 && v != 128)) return;
+        if (!*num || (rows != 64 && rows != 128) || (v != 32 && v != 64 && v != 128)) return false;
     }
     const bool whole = !*num || (end != num && *end == '\0');
     const bool ok = whole && (swap ? (v == 0 || v == 8 || v == 16 || v == 32 || v == 64 || v == 128)
                                    : rows || v == 64 || v == 128);
-    if (!ok) return;
+    if (!ok) return false;
     k->tile_forced = true;
     k->tile_swap = swap;
     k->tile_bq = (int)v;
     k->tile_rows = (int)rows;
+    return true;
 }
 
 static bfp8_hopper_force parse_force(const char *e) {
@@ -54,10 +58,44 @@ bfp8_hopper_knobs bfp8_hopper_knobs_parse(const char *(*lookup)(const char *name
     k.force = parse_force(lookup("BFP8_HOPPER_FORCE"));
     k.group_p = parse_count(lookup("BFP8_HOPPER_RASTER_GROUP"), 1, 1024, 0);
     const char *trace = lookup("BFP8_HOPPER_TRACE");
-    k.trace = trace && trace[0] == '1';
-    const char *log = lookup("BFP8_LOG");
-    k.log_plans = log && strstr(log, "hopper") != NULL;
+    k.trace = trace && strcmp(trace, "1") == 0;
+    k.log_plans = bfp8_log_has_topic(lookup("BFP8_LOG"), "hopper");
     return k;
+}
+
+/* What bfp8_hopper_knobs_parse takes of each knob (the planner takes only powers of two as raster groups). */
+static bool takes_tile(const char *e) {
+    bfp8_hopper_knobs k = bfp8_hopper_knobs_default();
+    return parse_tile(e, &k);
+}
+static bool takes_splits(const char *e) { return parse_count(e, 1, 1024, 0) != 0; }
+static bool takes_force(const char *e) { return parse_force(e) != BFP8_HOPPER_FORCE_NONE; }
+static bool takes_group(const char *e) {
+    const int g = parse_count(e, 1, 1024, 0);
+    return g > 0 && (g & (g - 1)) == 0;
+}
+static bool takes_flag(const char *e) { return strcmp(e, "0") == 0 || strcmp(e, "1") == 0; }
+
+bool bfp8_hopper_knobs_check(const char *(*lookup)(const char *name), char *why, size_t why_size) {
+    static const struct {
+        const char *name;
+        bool (*takes)(const char *value);
+        const char *values;
+    } knobs[] = {
+        {"BFP8_HOPPER_TILE", takes_tile, "64, 128, RxQ (R = 64 or 128, Q = 32, 64 or 128), swap or swapN (N = 8..128)"},
+        {"BFP8_HOPPER_SPLITS", takes_splits, "an integer in [1, 1024]"},
+        {"BFP8_HOPPER_FORCE", takes_force, "last-wave-split, slices or stream-k"},
+        {"BFP8_HOPPER_RASTER_GROUP", takes_group, "a power of two in [1, 1024]"},
+        {"BFP8_HOPPER_TRACE", takes_flag, "0 or 1"},
+    };
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        const char *e = lookup(knobs[i].name);
+        if (e && *e && !knobs[i].takes(e)) { /* unset and empty mean the default */
+            snprintf(why, why_size, "%s='%.64s' is not %s", knobs[i].name, e, knobs[i].values);
+            return false;
+        }
+    }
+    return true;
 }
 
 static const char *env_lookup(const char *name) { return getenv(name); }

@@ -6,6 +6,7 @@
 #define BFP8_HOPPER_KNOBS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +29,7 @@ typedef struct bfp8_hopper_knobs {
     /* BFP8_HOPPER_TILE: "64" or "128" forces the normal path with weight tiles that wide; "RxQ" (R = 64 or 128,
      * Q = 32, 64 or 128) the normal path with activation tiles of R rows and weight tiles Q wide; "swap" the swapped
      * path while M <= 128 with a Q tile of the power of two >= M, "swapN" (N = 8, 16, 32, 64, 128) with Q tiles of N
-     * tokens (several when M > N). Anything else is ignored. */
+     * tokens (several when M > N). Anything else is ignored (and bfp8_hopper_knobs_check reports it). */
     bool tile_forced;
     bool tile_swap;
     int tile_bq;   /* 0 with tile_swap: the power of two >= M */
@@ -43,7 +44,7 @@ typedef struct bfp8_hopper_knobs {
     /* BFP8_HOPPER_TRACE=1 in a build made with `make HOPPER_TRACE=1`: the kernel stamps its timeline and each call
      * prints where its time went (synchronizes the stream: diagnosis only). */
     bool trace;
-    /* BFP8_LOG containing "hopper": one stderr line per call with its plan. */
+    /* BFP8_LOG with the topic "hopper": one stderr line per call with its plan. */
     bool log_plans;
 } bfp8_hopper_knobs;
 
@@ -54,6 +55,9 @@ bfp8_hopper_knobs bfp8_hopper_knobs_default(void);
 const bfp8_hopper_knobs *bfp8_hopper_knobs_env(void);
 /* The knobs of an environment given as a lookup function (getenv, or a table in tests). */
 bfp8_hopper_knobs bfp8_hopper_knobs_parse(const char *(*lookup)(const char *name));
+/* Whether every knob that is set (and not empty) holds a value the parse takes; else false, with the first that
+ * does not, its value and what it takes in `why` (bfp8_check_env reports it: parsing ignores such a value). */
+bool bfp8_hopper_knobs_check(const char *(*lookup)(const char *name), char *why, size_t why_size);
 
 #ifdef __cplusplus
 }
