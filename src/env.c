@@ -7,36 +7,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const log_topics[] = {"dispatch", "hopper"};
+#define LOG_TOPICS "dispatch,hopper"
 
-/* The next item of a comma-separated list: its start and length; NULL after the last. */
-static const char *next_item(const char *p, size_t *len) {
-    if (!p) return NULL;
-    const char *comma = strchr(p, ',');
-    *len = comma ? (size_t)(comma - p) : strlen(p);
-    return p;
-}
-
-bool bfp8_log_has_topic(const char *value, const char *topic) {
-    const size_t want = strlen(topic);
-    size_t len;
-    for (const char *p = next_item(value, &len); p; p = p[len] ? next_item(p + len + 1, &len) : NULL)
-        if (len == want && strncmp(p, topic, len) == 0) return true;
+/* Whether the comma-separated `list` (NULL: empty) holds the `len` bytes at `item` as one whole item. */
+static bool list_holds(const char *list, const char *item, size_t len) {
+    while (list) {
+        const char *comma = strchr(list, ',');
+        const size_t n = comma ? (size_t)(comma - list) : strlen(list);
+        if (n == len && strncmp(list, item, len) == 0) return true;
+        list = comma ? comma + 1 : NULL;
+    }
     return false;
 }
+
+bool bfp8_log_has_topic(const char *value, const char *topic) { return list_holds(value, topic, strlen(topic)); }
 
 static bfp8_status check_log(void) {
     const char *value = getenv("BFP8_LOG");
     if (!value || !*value) return BFP8_OK;
-    size_t len;
-    for (const char *p = next_item(value, &len); p; p = p[len] ? next_item(p + len + 1, &len) : NULL) {
-        bool known = false;
-        for (size_t t = 0; t < sizeof log_topics / sizeof log_topics[0]; t++)
-            known = known || (len == strlen(log_topics[t]) && strncmp(p, log_topics[t], len) == 0);
-        if (!known)
+    for (const char *item = value; item;) {
+        const char *comma = strchr(item, ',');
+        const size_t n = comma ? (size_t)(comma - item) : strlen(item);
+        if (!list_holds(LOG_TOPICS, item, n))
             return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT,
-                             "BFP8_LOG='%.64s': '%.*s' is not a topic (a comma-separated list of dispatch, hopper)",
-                             value, (int)(len < 32 ? len : 32), p);
+                             "BFP8_LOG='%.64s': '%.*s' is not a topic (it takes a comma-separated list of dispatch "
+                             "and hopper)", value, (int)(n < 32 ? n : 32), item);
+        item = comma ? comma + 1 : NULL;
     }
     return BFP8_OK;
 }

@@ -85,7 +85,7 @@ static void test_log(void) {
                  {"", true},         {"dispach", false}, {"Dispatch", false},       {"dispatch,", false},
                  {",hopper", false}, {"dispatch hopper", false}, {"dispatchx", false}, {"all", false}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        check_value("BFP8_LOG", cases[i].value, cases[i].ok, "dispatch, hopper");
+        check_value("BFP8_LOG", cases[i].value, cases[i].ok, "dispatch and hopper");
     /* What the dispatcher and hopper's knobs read from it. */
     CHECK(bfp8_log_has_topic("dispatch,hopper", "hopper") && bfp8_log_has_topic("hopper,dispatch", "dispatch") &&
               bfp8_log_has_topic("dispatch", "dispatch") && bfp8_log_has_topic("x,,hopper", "hopper"),
