@@ -141,10 +141,18 @@ bfp8_status bfp8_tp_traffic_get(const bfp8_shard *shard, int64_t m, bfp8_dtype y
     BFP8_CHECK_ARG(bfp8_is_float_dtype(y_dtype), "tp_traffic: output dtype %s is not f32, bf16 or f16",
                    bfp8_dtype_name(y_dtype));
     bfp8_dtype dt = s->mode == BFP8_TP_COLUMN ? y_dtype : BFP8_DTYPE_F32;
-    /* Column: a rank's local output is lead + slice wide, and lead < 128 can be non-zero only when the slice is not
-     * a whole number of blocks; the widest is slice + 127 then. */
-    int64_t slice = s->end - s->begin;
-    int64_t width = s->mode == BFP8_TP_COLUMN ? slice + (slice % BFP8_BLOCK ? BFP8_BLOCK - 1 : 0) : s->n;
+    /* Column: rank r's local output is lead + slice wide, lead = (r * slice) % 128. The leads repeat with a period
+     * that divides 128, so the first min(ranks, 128) ranks hold the largest (not always 127: 0 and 64 for slices
+     * of 192, and none at all for one rank). */
+    int64_t slice = s->end - s->begin, width = s->n;
+    if (s->mode == BFP8_TP_COLUMN) {
+        int64_t widest_lead = 0;
+        for (int64_t r = 1; r < s->ranks && r < BFP8_BLOCK; r++) {
+            int64_t lead = r * (slice % BFP8_BLOCK) % BFP8_BLOCK;
+            if (lead > widest_lead) widest_lead = lead;
+        }
+        width = slice + widest_lead;
+    }
     int64_t gathered = s->mode == BFP8_TP_COLUMN ? s->ranks : 1;
     size_t bytes;
     BFP8_TRY(bfp8_check_matrix("tp_traffic: the collective's buffer", m, width * gathered, bfp8_dtype_size(dt), &bytes));

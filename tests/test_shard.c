@@ -95,10 +95,30 @@ static void check_traffic(void) {
     CHECK(t.count == 16 * 7168 && t.dtype == BFP8_DTYPE_F32 && t.bytes == 16 * 7168 * 4,
           "row TP2: count %" PRId64 " bytes %" PRId64, t.count, t.bytes);
     /* Shared blocks: 2112 over 2 is 1056 rows (8.25 blocks); rank 1 has a lead of 32, and every rank sends the
-     * widest local output, 1056 + 127. */
+     * widest local output, 1056 + 32. */
     CHECK_OK(bfp8_shard_plan(2112, 7168, BFP8_TP_COLUMN, 2, 0, BFP8_SHARD_SHARE_BLOCKS, &s));
     CHECK_OK(bfp8_tp_traffic_get(&s, 3, BFP8_DTYPE_F32, &t));
-    CHECK(t.count == 3 * 1183 && t.bytes == 2 * 3 * 1183 * 4, "shared column: count %" PRId64, t.count);
+    CHECK(t.count == 3 * 1088 && t.bytes == 2 * 3 * 1088 * 4, "shared column: count %" PRId64, t.count);
+    /* Every rank's section is the widest local output exactly, whatever the leads: one rank with a ragged N (no
+     * lead), slices of 192 (leads 0 and 64), leads cycling past 128 ranks, aligned slices. */
+    static const struct { int64_t n; int ranks; } widths[] = {
+        {200, 1}, {3072, 16}, {2112, 2}, {2112, 3}, {129 * 200, 200}, {192 * 1000, 1000}, {640, 5}, {300, 4}, {0, 9},
+    };
+    for (size_t c = 0; c < sizeof widths / sizeof widths[0]; c++) {
+        int64_t widest = 0, count = -1;
+        for (int rank = 0; rank < widths[c].ranks; rank++) {
+            int64_t n = widths[c].n;
+            CHECK_OK(bfp8_shard_plan(n, 256, BFP8_TP_COLUMN, widths[c].ranks, rank, BFP8_SHARD_SHARE_BLOCKS, &s));
+            CHECK_OK(bfp8_tp_traffic_get(&s, 3, BFP8_DTYPE_BF16, &t));
+            CHECK(count < 0 || t.count == count, "N=%" PRId64 " R=%d: ranks send different counts", widths[c].n,
+                  widths[c].ranks);
+            count = t.count;
+            if (s.n_local > widest) widest = s.n_local;
+        }
+        CHECK(count == 3 * widest && t.bytes == (int64_t)widths[c].ranks * count * 2,
+              "N=%" PRId64 " R=%d: each rank sends %" PRId64 " elements, the widest local output is 3 x %" PRId64,
+              widths[c].n, widths[c].ranks, count, widest);
+    }
     CHECK_OK(bfp8_tp_traffic_get(&s, 0, BFP8_DTYPE_F16, &t));
     CHECK(t.count == 0 && t.bytes == 0, "M=0 moves nothing");
     CHECK_STATUS(bfp8_tp_traffic_get(&s, 3, BFP8_DTYPE_E4M3, &t), BFP8_ERR_INVALID_ARGUMENT);
