@@ -55,8 +55,9 @@ typedef struct bfp8_shard {
 bfp8_status bfp8_shard_plan(int64_t n, int64_t k, bfp8_tp_mode mode, int ranks, int rank, unsigned flags,
                             bfp8_shard *out);
 
-/* The rank's local weight from a whole one given as host q [n, k] and its scales (any layout): reads only the
- * slice's bytes and scale blocks. */
+/* The rank's local weight from a whole one given as host q [n, k] and its scales (any layout): copies only the
+ * slice's bytes and scale blocks. Scales declared UE8M0 are checked whole, as bfp8_weight_create checks them, so
+ * that every rank refuses the same weight and the error names the block of the whole one. */
 bfp8_status bfp8_weight_shard(const uint8_t *q, const bfp8_scales *scales, const bfp8_shard *shard,
                               bfp8_weight **out);
 /* Plans the shard from the tensor's shape and loads only its part of NAME + NAME_scale_inv (DeepSeek naming and

@@ -85,6 +85,9 @@ bfp8_status bfp8_weight_shard(const uint8_t *q, const bfp8_scales *scales, const
     BFP8_CHECK_ARG(scales, "weight_shard: scales is NULL");
     BFP8_TRY(bfp8_check_scales("weight_shard: scales", scales, bfp8_ceil_div(s->n, BFP8_BLOCK),
                                bfp8_ceil_div(s->k, BFP8_BLOCK)));
+    /* The whole matrix, as bfp8_weight_create and the loaders check it: every rank refuses the same weight, and the
+     * message names the caller's block, not the local copy's. */
+    BFP8_TRY(bfp8_check_ue8m0_scales("weight_shard: scales", scales));
     BFP8_CHECK_ARG(q || s->n * s->k == 0, "weight_shard: q is NULL");
     size_t q_bytes;
     BFP8_TRY(bfp8_check_matrix("weight_shard: local weight", s->n_local, s->k_local, 1, &q_bytes));

@@ -352,6 +352,29 @@ static void check_load_and_errors(bfp8_dispatcher *d) {
     layer_free(&L);
 }
 
+/* A UE8M0 weight with one scale that is not a power of two is refused by every rank, whether its slice holds that
+ * block or not, and the message names the block in the whole weight. */
+static void check_bad_ue8m0_scale(void) {
+    layer L;
+    layer_make(&L, 1, 640, 384, BFP8_SCALE_UE8M0); /* 5 x 3 blocks */
+    L.scales[4 * 3 + 1] *= 1.5f;
+    bfp8_scales s;
+    CHECK_OK(bfp8_scales_init(&s, BFP8_SCALE_UE8M0, BFP8_LAYOUT_ROW_MAJOR, 5, 3, L.scales));
+    for (int mode = 0; mode < BFP8_TP_MODE_COUNT; mode++) {
+        int ranks = mode == BFP8_TP_COLUMN ? 5 : 3;
+        for (int rank = 0; rank < ranks; rank++) {
+            bfp8_shard sh;
+            bfp8_weight *w = NULL;
+            CHECK_OK(bfp8_shard_plan(640, 384, mode, ranks, rank, 0, &sh));
+            CHECK_STATUS(bfp8_weight_shard(L.q, &s, &sh, &w), BFP8_ERR_INVALID_ARGUMENT);
+            CHECK(strstr(bfp8_last_error(), "weight_shard: scales: scale (4, 1)") != NULL, "%s rank %d: %s",
+                  bfp8_tp_mode_name(mode), rank, bfp8_last_error());
+            bfp8_weight_free(w);
+        }
+    }
+    layer_free(&L);
+}
+
 int main(void) {
     test_seed();
     for (size_t i = 0; i < sizeof dsr1 / sizeof dsr1[0]; i++) check_plans(dsr1[i].n, dsr1[i].k);
@@ -369,6 +392,7 @@ int main(void) {
     check_equivalence(d, 2, 1152, 2304, BFP8_SCALE_FP32);
     check_equivalence(d, 4, 840, 960, BFP8_SCALE_FP32);
     check_load_and_errors(d);
+    check_bad_ue8m0_scale();
     bfp8_dispatcher_free(d);
     return TEST_SUMMARY("test_shard");
 }
