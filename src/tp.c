@@ -189,8 +189,8 @@ bfp8_status bfp8_tp_linear_local(bfp8_dispatcher *d, const bfp8_weight *w, const
     BFP8_CHECK_ARG(wi.n == s->n_local && wi.k == s->k_local,
                    "tp_linear_local: the weight is [%" PRId64 ", %" PRId64 "], the shard's local weight is [%" PRId64
                    ", %" PRId64 "]", wi.n, wi.k, s->n_local, s->k_local);
-    BFP8_CHECK_ARG(!args->bias || bfp8_is_float_dtype(args->bias_dtype), "tp_linear_local: bias dtype %s",
-                   bfp8_dtype_name(args->bias_dtype));
+    BFP8_CHECK_ARG(!args->bias || bfp8_is_float_dtype(args->bias_dtype),
+                   "tp_linear_local: bias dtype %s is not f32, bf16 or f16", bfp8_dtype_name(args->bias_dtype));
     bfp8_linear_args local = *args;
     if (s->mode == BFP8_TP_COLUMN) {
         /* Local output column j is whole column block_begin*128 + j: the bias from there on. */

@@ -345,6 +345,12 @@ static void check_load_and_errors(bfp8_dispatcher *d) {
     bfp8_shard other;
     CHECK_OK(bfp8_shard_plan(576, 960, BFP8_TP_ROW, 3, 0, BFP8_SHARD_SHARE_BLOCKS, &other));
     CHECK_STATUS(bfp8_tp_linear_local(d, w, &other, &a), BFP8_ERR_INVALID_ARGUMENT); /* shape of another rank */
+    float bias[576];
+    for (int i = 0; i < 576; i++) bias[i] = test_randn(1.0f);
+    a.bias = bias, a.bias_dtype = BFP8_DTYPE_I32;
+    CHECK_STATUS(bfp8_tp_linear_local(d, w, &sh, &a), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(bfp8_last_error(), "bias dtype i32 is not f32, bf16 or f16"), "message: %s", bfp8_last_error());
+    a.bias = NULL;
     CHECK(bfp8_tp_linear(d, w, &sh, &a, (void *)1) != BFP8_OK && bfp8_last_error()[0], "tp_linear on host data");
     bfp8_weight_free(w);
     bfp8_safetensors_close(f);
