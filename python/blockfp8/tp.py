@@ -390,7 +390,7 @@ def _world(rank, world_size, group, nccl_comm):
     if rank is not None or world_size is not None:
         _c.need(rank is not None and world_size is not None,
                 "give both rank and world_size, or neither (then they are the process group's)", TypeError)
-        return rank, world_size
+        return _int(rank, "rank"), _int(world_size, "world_size")
     _c.need(nccl_comm is None, "with nccl_comm, give rank and world_size (the communicator's; each call checks "
             "them against it)", TypeError)
     dist = _dist()

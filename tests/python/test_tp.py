@@ -175,6 +175,15 @@ def test_from_safetensors_reads_the_rank_part(tmp_path, rng):
         tp.ParallelLinear.from_safetensors(path, "nope", "column", 0, 1)
     with pytest.raises(blockfp8.NotFoundError):
         tp.ParallelLinear.from_safetensors(path, "w", "column", 0, 1, bias="nope")
+    # rank and world_size are judged as shard_plan judges them, whichever constructor takes them.
+    for make in (lambda *a: tp.ParallelLinear.from_safetensors(path, "w", *a),
+                 lambda *a: tp.ParallelLinear.from_tensors(q, s, *a)):
+        with pytest.raises(ValueError, match="world_size=1099511627776 is out of range"):
+            make("row", 0, 2**40)
+        with pytest.raises(TypeError, match="rank must be an int, got True"):
+            make("row", True, 2)
+        with pytest.raises(TypeError, match="world_size must be an int, got 2.0"):
+            make("row", 0, 2.0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
