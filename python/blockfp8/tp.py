@@ -19,6 +19,7 @@ Given instead the address of an ncclComm_t (`nccl_comm`: SGLang's and vLLM's PyN
 """
 import contextlib
 import dataclasses
+import functools
 import math
 import operator
 import os
@@ -192,10 +193,15 @@ class ParallelLinear:
         self.bias_numpy, self.bias, self._bias_enum = bias_forms(bias, shard.n, self.device)
         self.group, self.nccl_comm = group, nccl_comm
         self.gather_output, self.input_is_parallel = gather_output, input_is_parallel
-        # Every rank's plan: where its part of the gather lands (the library's plans, not arithmetic redone here).
-        self._plans = [shard_plan(shard.n, shard.k, shard.mode, shard.ranks, r, True) for r in range(shard.ranks)]
         self._group_checked = False
         _LAYERS[self.local_linear.handle] = self
+
+    @functools.cached_property
+    def _plans(self):
+        """Every rank's plan: where its part of the gather lands (the library's plans, not arithmetic redone here).
+        Made by the first gather that needs them, not by the constructor: a layer costs nothing per rank."""
+        sh = self.shard
+        return [shard_plan(sh.n, sh.k, sh.mode, sh.ranks, r, True) for r in range(sh.ranks)]
 
     # -- construction ----------------------------------------------------------------------------------------
     @classmethod

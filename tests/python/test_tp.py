@@ -249,6 +249,19 @@ def test_layer_errors(rng):
         tp.ParallelLinear.from_tensors(q, s, "row", 0, 2, bias=np.ones(128, np.float32))
 
 
+def test_layer_of_many_ranks(monkeypatch):
+    """Building a layer plans no other rank's slice (the gather does, when it needs them): an empty weight over
+    2**31 - 1 ranks is built at once, not after billions of plans."""
+    calls = []
+    plan = tp.shard_plan
+    monkeypatch.setattr(tp, "shard_plan", lambda *a, **kw: calls.append(a) or plan(*a, **kw))
+    q, s = np.zeros((0, 256), np.uint8).view(FP8), np.zeros((0, 2), np.float32)
+    layer = tp.ParallelLinear.from_tensors(q, s, "column", 5, 4096)
+    assert not calls and layer.shard.ranks == 4096
+    layer = tp.ParallelLinear.from_tensors(q, s, "column", 2**31 - 2, 2**31 - 1)
+    assert layer.shard.rank == 2**31 - 2 and layer.local(np.ones((3, 256), np.float32)).shape == (3, 0)
+
+
 @needs_torch
 def test_layer_errors_torch(rng):
     _, q, s = quantized(rng, 256, 512)
