@@ -672,6 +672,8 @@ has err "no tensor 'nope'"
 expect 2 "$cli" shard --ranks 1 --mode column --weights "$tmp/wq.safetensors" --weight w --n 5
 has err "give either --weights FILE --weight NAME, or --n N --k K"
 expect 2 "$cli" shard --ranks 1 --mode column --n 256
+expect 2 "$cli" shard --ranks 2 --mode row --n 256 --k 256 --weight w
+has err "give either --weights FILE --weight NAME, or --n N --k K"
 expect 1 "$cli" shard --ranks 5 --mode column --n 2112 --k 7168
 has err "does not split evenly"
 # --- grouped (MoE) ---------------------------------------------------------------------------------------------

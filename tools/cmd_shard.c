@@ -57,7 +57,8 @@ int cmd_shard(int argc, char **argv) {
     if (bfp8_tp_mode_parse(mode_name, &mode) != BFP8_OK)
         return cli_usage_error(cmd, usage, "bad --mode '%s' (column or row)", mode_name);
     const bool from_file = weights != NULL, from_shape = n >= 0 || k >= 0;
-    if (from_file == from_shape || (from_file && !name) || (from_shape && (n < 0 || k < 0)))
+    /* A --weight without --weights names nothing that is read: refused, not ignored. */
+    if (from_file == from_shape || (from_file && !name) || (name && !from_file) || (from_shape && (n < 0 || k < 0)))
         return cli_usage_error(cmd, usage, "give either --weights FILE --weight NAME, or --n N --k K");
 
     bfp8_safetensors *f = NULL;
