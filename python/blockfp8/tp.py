@@ -70,12 +70,15 @@ def _int(v, what):
 
 
 def _dim(v, what):
+    """A size the library takes as an int64_t; the library judges its value."""
     try:
         if isinstance(v, bool):
             raise TypeError
-        return operator.index(v)
+        v = operator.index(v)
     except TypeError:
         raise TypeError(f"{what} must be an int, got {v!r}") from None
+    _c.need(-2**63 <= v < 2**63, f"{what}={v} is out of range")
+    return v
 
 
 def _flags(share_blocks):

@@ -87,6 +87,7 @@ def test_refusals_carry_the_cli_message(n, k, mode, ranks, words):
     ((256, 256, "row", 2**40, 0), ValueError, "ranks=1099511627776 is out of range"),
     ((-1, 256, "row", 2, 0), blockfp8.InvalidArgumentError, "shard: weight"),
     (("256", 256, "row", 2, 0), TypeError, "n must be an int"),
+    ((256, 2**63, "row", 2, 0), ValueError, "k=9223372036854775808 is out of range"),
 ])
 def test_bad_plan_arguments(args, exc, words):
     with pytest.raises(exc) as e:
