@@ -206,7 +206,10 @@ bfp8_status bfp8_tp_linear_local(bfp8_dispatcher *d, const bfp8_weight *w, const
     if (s->rank != 0) local.bias = NULL;
     if (s->lead == 0 || args->m == 0) return bfp8_linear(d, w, &local);
     size_t bytes;
-    BFP8_TRY(bfp8_check_matrix("tp_linear_local: padded x", args->m, s->k_local, bfp8_dtype_size(args->x_dtype), &bytes));
+    /* The caller's x [m, slice] first, so that a bad m is named against it, not against the internal padded copy. */
+    size_t es = bfp8_dtype_size(args->x_dtype);
+    BFP8_TRY(bfp8_check_matrix("tp_linear_local: x", args->m, s->end - s->begin, es, NULL));
+    BFP8_TRY(bfp8_check_matrix("tp_linear_local: padded x", args->m, s->k_local, es, &bytes));
     BFP8_CHECK_ARG(args->x, "tp_linear_local: x is NULL");
     void *padded = NULL;
     if (args->device == BFP8_DEVICE_CUDA) BFP8_TRY(bfp8_cuda_malloc_async(bytes, &padded, args->stream));

@@ -351,6 +351,10 @@ static void check_load_and_errors(bfp8_dispatcher *d) {
     CHECK_STATUS(bfp8_tp_linear_local(d, w, &sh, &a), BFP8_ERR_INVALID_ARGUMENT);
     CHECK(strstr(bfp8_last_error(), "bias dtype i32 is not f32, bf16 or f16"), "message: %s", bfp8_last_error());
     a.bias = NULL;
+    a.m = -2; /* rank 1 has a lead: the message names the caller's x [m, 320], not the padded copy */
+    CHECK_STATUS(bfp8_tp_linear_local(d, w, &sh, &a), BFP8_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(bfp8_last_error(), "tp_linear_local: x: negative shape [-2, 320]"), "message: %s", bfp8_last_error());
+    a.m = 2;
     CHECK(bfp8_tp_linear(d, w, &sh, &a, (void *)1) != BFP8_OK && bfp8_last_error()[0], "tp_linear on host data");
     bfp8_weight_free(w);
     bfp8_safetensors_close(f);
