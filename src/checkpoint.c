@@ -13,11 +13,13 @@
 #include <cJSON.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CK_INDEX_NAME "model.safetensors.index.json"
 #define CK_SINGLE_NAME "model.safetensors"
@@ -120,12 +122,19 @@ static bfp8_status ck_open_single(const char *path, bfp8_checkpoint **out) {
 
 /* Reads a whole (small) file into a NUL-terminated buffer. */
 static bfp8_status ck_read_text(const char *path, char **text, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* O_NONBLOCK: a FIFO without a writer would block open() forever; it is refused as not a regular file. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(fp);
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
         return bfp8_fail(BFP8_ERR_IO, "%s: not a regular file", path);
+    }
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        int err = errno;
+        close(fd);
+        return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s", path, strerror(err));
     }
     if ((uint64_t)sb.st_size > CK_MAX_INDEX_BYTES) {
         fclose(fp);

@@ -572,7 +572,9 @@ bfp8_status bfp8_safetensors_open(const char *path, bfp8_safetensors **out) {
     BFP8_CHECK_ARG(out != NULL, "bfp8_safetensors_open: out is NULL");
     *out = NULL;
     BFP8_CHECK_ARG(path != NULL, "bfp8_safetensors_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: open() of a FIFO without a writer would wait forever; it is refused below as not a regular file.
+     * Regular files read the same either way. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {

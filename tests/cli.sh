@@ -489,6 +489,14 @@ printf '{"weight_map": {"w": "gone.safetensors"}}' >"$tmp/ckpt/gone.index.json"
 expect 1 "$cli" linear --weights "$tmp/ckpt/gone.index.json" --weight w --in "$tmp/input.safetensors" --input x \
     --out "$tmp/y.safetensors"
 has err "gone.safetensors: No such file"
+# A FIFO (no writer) as the index or the input is refused at once, not waited on.
+mkfifo "$tmp/ckpt/fifo.index.json" "$tmp/fifo.safetensors"
+expect 1 timeout 20 "$cli" linear --weights "$tmp/ckpt/fifo.index.json" --weight w --in "$tmp/input.safetensors" \
+    --input x --out "$tmp/y.safetensors"
+has err "fifo.index.json: not a regular file"
+expect 1 timeout 20 "$cli" quantize --kind act --in "$tmp/fifo.safetensors" --out "$tmp/y.safetensors"
+has err "fifo.safetensors: not a regular file"
+rm -f "$tmp/ckpt/fifo.index.json" "$tmp/fifo.safetensors"
 
 # --- no output may destroy an input ------------------------------------------------------------------------------
 cp "$tmp/input.safetensors" "$tmp/input.orig"

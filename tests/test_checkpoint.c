@@ -231,6 +231,14 @@ static void test_bad_index(void) {
     CHECK_STATUS(bfp8_checkpoint_open(dir, &c), BFP8_ERR_NOT_FOUND);
     CHECK(strstr(bfp8_last_error(), "model.safetensors.index.json"), "msg: %s", bfp8_last_error());
     CHECK_STATUS(bfp8_checkpoint_open(NULL, &c), BFP8_ERR_INVALID_ARGUMENT);
+    /* A FIFO named like an index is refused, not waited on for a writer (the alarm turns a hang into a failure). */
+    snprintf(path, sizeof path, "%s/fifo.index.json", dir);
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+    alarm(20);
+    CHECK_STATUS(bfp8_checkpoint_open(path, &c), BFP8_ERR_IO);
+    alarm(0);
+    CHECK(strstr(bfp8_last_error(), "not a regular file") && strstr(bfp8_last_error(), path), "msg: %s",
+          bfp8_last_error());
     path_in_tmp(path, sizeof path, "nothing-here");
     CHECK_STATUS(bfp8_checkpoint_open(path, &c), BFP8_ERR_IO);
 }

@@ -803,6 +803,11 @@ static void test_io_errors(void) {
     CHECK(strstr(bfp8_last_error(), "not a regular file") != NULL, "msg: %s", bfp8_last_error());
     struct stat sb;
     CHECK(stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode) && dir_entries(tmp_dir) == 1, "the FIFO was replaced");
+    /* Nor is one read: open() would wait for a writer forever (the alarm turns such a hang into a failure). */
+    alarm(20);
+    CHECK_STATUS(bfp8_safetensors_open(path, &f), BFP8_ERR_IO);
+    alarm(0);
+    CHECK(f == NULL && strstr(bfp8_last_error(), "not a regular file"), "msg: %s", bfp8_last_error());
     remove(path);
 }
 
