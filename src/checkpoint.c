@@ -161,43 +161,64 @@ static bfp8_status ck_read_text(const char *path, char **text, size_t *len) {
     return BFP8_OK;
 }
 
-/* Fills c's shards and entries from an index's weight_map. */
-static bfp8_status ck_build_index(bfp8_checkpoint *c, const cJSON *map, const char *path, const char *dir,
-                                  size_t max_shards) {
+/* FNV-1a: shard names hash into a table, so that an index naming many distinct shards costs no search per entry
+ * (a linear search made a hostile index of 10^5 shard names take minutes before any shard was looked at). */
+static uint64_t ck_hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* The index of shard `name` in c->shards, added (dir/name) when new. slots: an open-addressing table of mask + 1
+ * shard indices + 1 (0: empty), with room for every shard the index can name. */
+static bfp8_status ck_shard_of(bfp8_checkpoint *c, uint32_t *slots, size_t mask, const char *dir, size_t dir_len,
+                               const char *name, const char *path, size_t *out) {
+    size_t h = (size_t)ck_hash(name) & mask;
+    while (slots[h] && strcmp(c->shards[slots[h] - 1] + dir_len, name) != 0) h = (h + 1) & mask;
+    if (!slots[h]) {
+        if (!(c->shards[c->nshards] = ck_join(dir, name)))
+            return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        slots[h] = (uint32_t)++c->nshards;
+        c->nfiles++;
+    }
+    *out = slots[h] - 1;
+    return BFP8_OK;
+}
+
+/* Fills c's shards and entries from an index's weight_map (c->shards has room for one shard per entry). */
+static bfp8_status ck_build_index(bfp8_checkpoint *c, const cJSON *map, const char *path, const char *dir) {
     size_t n = 0;
     for (const cJSON *e = map->child; e; e = e->next) n++;
+    if (n > UINT32_MAX / 2)
+        return bfp8_fail(BFP8_ERR_FORMAT, "%s: weight_map has %zu entries, more than %u", path, n, UINT32_MAX / 2);
+    size_t cap = 2; /* a power of two, at least twice the shards: probes stay short */
+    while (cap < 2 * n) cap *= 2;
+    uint32_t *slots = calloc(cap, sizeof *slots);
     c->entries = calloc(n ? n : 1, sizeof *c->entries);
-    if (!c->entries) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "%s: no memory for %zu entries", path, n);
-    const size_t dir_len = strlen(dir) + 1; /* shard paths are dir + '/' + name */
-    size_t last = 0;
-    for (const cJSON *e = map->child; e; e = e->next) {
-        if (!e->string[0]) return bfp8_fail(BFP8_ERR_FORMAT, "%s: weight_map has an empty tensor name", path);
-        if (!cJSON_IsString(e))
-            return bfp8_fail(BFP8_ERR_FORMAT, "%s: weight_map['%.200s'] is not a string (a shard file name)", path,
-                             e->string);
-        const char *shard = e->valuestring;
-        if (!ck_shard_name_ok(shard))
-            return bfp8_fail(BFP8_ERR_FORMAT, "%s: weight_map['%.200s'] = '%.200s' is not a relative file name "
-                             "inside the checkpoint's directory", path, e->string, shard);
-        /* Shards are few (163 for DeepSeek-R1): the last one matched, else a linear search. */
-        size_t s = c->nshards;
-        if (last < c->nshards && strcmp(c->shards[last] + dir_len, shard) == 0) s = last;
-        for (size_t i = 0; i < c->nshards && s == c->nshards; i++)
-            if (strcmp(c->shards[i] + dir_len, shard) == 0) s = i;
-        if (s == c->nshards) {
-            if (c->nshards == max_shards)
-                return bfp8_fail(BFP8_ERR_FORMAT, "%s: more than %zu shard files", path, max_shards);
-            if (!(c->shards[c->nshards] = ck_join(dir, shard)))
-                return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-            c->nshards++;
-            c->nfiles++;
-        }
-        ck_entry *entry = &c->entries[c->nentries];
-        if (!(entry->tensor = strdup(e->string))) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-        entry->shard = s;
-        last = s;
-        c->nentries++;
+    if (!slots || !c->entries) {
+        free(slots);
+        return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "%s: no memory for %zu entries", path, n);
     }
+    const size_t dir_len = strlen(dir) + 1; /* shard paths are dir + '/' + name */
+    bfp8_status st = BFP8_OK;
+    for (const cJSON *e = map->child; e && st == BFP8_OK; e = e->next) {
+        const char *shard = e->valuestring;
+        ck_entry *entry = &c->entries[c->nentries];
+        if (!e->string[0])
+            st = bfp8_fail(BFP8_ERR_FORMAT, "%s: weight_map has an empty tensor name", path);
+        else if (!cJSON_IsString(e))
+            st = bfp8_fail(BFP8_ERR_FORMAT, "%s: weight_map['%.200s'] is not a string (a shard file name)", path,
+                           e->string);
+        else if (!ck_shard_name_ok(shard))
+            st = bfp8_fail(BFP8_ERR_FORMAT, "%s: weight_map['%.200s'] = '%.200s' is not a relative file name "
+                           "inside the checkpoint's directory", path, e->string, shard);
+        else if ((st = ck_shard_of(c, slots, cap - 1, dir, dir_len, shard, path, &entry->shard)) == BFP8_OK &&
+                 !(entry->tensor = strdup(e->string)))
+            st = bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        if (st == BFP8_OK) c->nentries++;
+    }
+    free(slots);
+    BFP8_TRY(st);
     qsort(c->entries, c->nentries, sizeof *c->entries, ck_compare_entries);
     for (size_t i = 0; i < c->nshards; i++) {
         struct stat sb;
@@ -235,7 +256,7 @@ static bfp8_status ck_open_index(const char *path, bfp8_checkpoint **out) {
     } else {
         c->nfiles = 1;
         c->shards = c->files + 1;
-        st = ck_build_index(c, map, path, dir, n);
+        st = ck_build_index(c, map, path, dir);
     }
     cJSON_Delete(root);
     free(dir);

@@ -231,6 +231,28 @@ static void test_bad_index(void) {
     CHECK_STATUS(bfp8_checkpoint_open(dir, &c), BFP8_ERR_NOT_FOUND);
     CHECK(strstr(bfp8_last_error(), "model.safetensors.index.json"), "msg: %s", bfp8_last_error());
     CHECK_STATUS(bfp8_checkpoint_open(NULL, &c), BFP8_ERR_INVALID_ARGUMENT);
+    /* An index naming 200000 distinct shards (none there) fails on the first missing one at once: a search per
+     * entry through the shards seen so far took minutes (the alarm turns that into a failure). */
+    enum { MANY = 200000 };
+    const size_t cap = (size_t)MANY * 48 + 64;
+    char *big = malloc(cap);
+    if (big) {
+        size_t used = (size_t)snprintf(big, cap, "{\"weight_map\": {");
+        const unsigned salt = (unsigned)(test_rand_u64() % 1000);
+        for (int i = 0; i < MANY; i++)
+            used += (size_t)snprintf(big + used, cap - used, "%s\"t%d\": \"s%u-%d.safetensors\"", i ? ", " : "", i,
+                                     salt, i);
+        snprintf(big + used, cap - used, "}}");
+        snprintf(path, sizeof path, "%s/many.index.json", dir);
+        CHECK(write_text(path, big), "write index");
+        alarm(30);
+        CHECK_STATUS(bfp8_checkpoint_open(path, &c), BFP8_ERR_IO);
+        alarm(0);
+        char want[64];
+        snprintf(want, sizeof want, "/s%u-0.safetensors: No such file", salt);
+        CHECK(strstr(bfp8_last_error(), want), "msg: %s", bfp8_last_error());
+        free(big);
+    }
     /* A FIFO named like an index is refused, not waited on for a writer (the alarm turns a hang into a failure). */
     snprintf(path, sizeof path, "%s/fifo.index.json", dir);
     CHECK(mkfifo(path, 0600) == 0, "mkfifo");
