@@ -429,7 +429,7 @@ bfp8_status bfp8_safetensors_write_ex(const char *path, const bfp8_tensor *tenso
 typedef struct bfp8_checkpoint bfp8_checkpoint;
 bfp8_status bfp8_checkpoint_open(const char *path, bfp8_checkpoint **out);
 /* The tensor `name` (borrowed until close); NOT_FOUND when the checkpoint has none, FORMAT or IO when its shard
- * cannot be read or lacks the tensor the index puts there. */
+ * cannot be read, lacks the tensor the index puts there, or holds a tensor the index puts in another shard. */
 bfp8_status bfp8_checkpoint_find(bfp8_checkpoint *c, const char *name, const bfp8_tensor **out);
 /* Every file the checkpoint is made of: the index first (when there is one), then each shard, as paths. */
 size_t bfp8_checkpoint_file_count(const bfp8_checkpoint *c);

@@ -4,7 +4,7 @@
  * shards (DeepSeek-R1: model.safetensors.index.json over 163 files of ~4.3 GB). The index is parsed as strictly as
  * a safetensors header; shard names must be relative paths without "..", and each must exist when the index is
  * opened. A shard is opened (mapped, so without a copy) the first time a tensor in it is looked up, so loading one
- * layer touches one or two shards.
+ * layer touches one or two shards; a shard holding a tensor that the index puts in another is refused then.
  *
  * Weights: NAME (F8_E4M3 [N, K]) with NAME_scale_inv ([ceil(N/128), ceil(K/128)]) as F32 (fp32, or UE8M0 when
  * declared and every value is a power of two) or F8_E8M0 (UE8M0 exponents). */
@@ -299,6 +299,32 @@ size_t bfp8_checkpoint_tensor_count(const bfp8_checkpoint *c) {
     return c->entries ? c->nentries : bfp8_safetensors_count(c->open[0]);
 }
 
+/* Whether two paths name one file ("a.safetensors" and "./a.safetensors", or links to one blob). */
+static bool ck_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Opens shard i (c->lock held). A tensor that the index puts in another shard file is a second copy: which one the
+ * writer meant is unknown (other loaders take either), so the shard is refused rather than one copy picked. */
+static bfp8_status ck_open_shard(bfp8_checkpoint *c, size_t i) {
+    bfp8_safetensors *f;
+    BFP8_TRY(bfp8_safetensors_open(c->shards[i], &f));
+    for (size_t t = 0; t < bfp8_safetensors_count(f); t++) {
+        ck_entry key = {.tensor = bfp8_safetensors_at(f, t)->name};
+        const ck_entry *e = bsearch(&key, c->entries, c->nentries, sizeof *c->entries, ck_compare_entries);
+        if (e && e->shard != i && !ck_same_file(c->shards[i], c->shards[e->shard])) {
+            bfp8_status st = bfp8_fail(BFP8_ERR_FORMAT, "%s: tensor '%.200s' is in %s too, but the index puts it in "
+                                       "%s: two copies, and no way to tell which is meant", c->files[0], key.tensor,
+                                       c->shards[i], c->shards[e->shard]);
+            bfp8_safetensors_close(f);
+            return st;
+        }
+    }
+    c->open[i] = f;
+    return BFP8_OK;
+}
+
 bfp8_status bfp8_checkpoint_find(bfp8_checkpoint *c, const char *name, const bfp8_tensor **out) {
     BFP8_CHECK_ARG(c && name && out, "checkpoint_find: NULL argument");
     *out = NULL;
@@ -311,7 +337,7 @@ bfp8_status bfp8_checkpoint_find(bfp8_checkpoint *c, const char *name, const bfp
     if (!e) return bfp8_fail(BFP8_ERR_NOT_FOUND, "%s: no tensor '%.200s' in the weight_map", c->files[0], name);
     bfp8_status st = BFP8_OK;
     pthread_mutex_lock(&c->lock);
-    if (!c->open[e->shard]) st = bfp8_safetensors_open(c->shards[e->shard], &c->open[e->shard]);
+    if (!c->open[e->shard]) st = ck_open_shard(c, e->shard);
     const bfp8_safetensors *f = c->open[e->shard];
     pthread_mutex_unlock(&c->lock);
     BFP8_TRY(st);

@@ -179,6 +179,41 @@ static void test_two_shards(void) {
     if (c) CHECK_STATUS(bfp8_checkpoint_find(c, "layers.0.proj.weight", &t), BFP8_ERR_FORMAT);
     CHECK(strstr(bfp8_last_error(), "which has no such tensor"), "msg: %s", bfp8_last_error());
     bfp8_checkpoint_close(c);
+
+    /* A tensor in two shards (other scales in the second copy): the index names one, but which was meant is
+     * unknown, so the shard holding the stray copy is refused, naming both files. */
+    float other[NB * KB];
+    for (int i = 0; i < NB * KB; i++) other[i] = 1e-3f * (1.0f + test_rand_f32());
+    const bfp8_tensor copy[] = {
+        {.name = "layers.0.proj.weight", .dtype = BFP8_DTYPE_E4M3, .ndim = 2, .shape = {N, K}, .data = l->q,
+         .nbytes = sizeof l->q},
+        {.name = "layers.0.proj.weight_scale_inv", .dtype = BFP8_DTYPE_F32, .ndim = 2, .shape = {NB, KB},
+         .data = other, .nbytes = sizeof other},
+    };
+    snprintf(path, sizeof path, "%s/copy.safetensors", dir);
+    CHECK_OK(bfp8_safetensors_write(path, copy, 2));
+    snprintf(path, sizeof path, "%s/dup.index.json", dir);
+    write_text(path, "{\"weight_map\": {\"layers.0.proj.weight\": \"copy.safetensors\", "
+                     "\"layers.0.proj.weight_scale_inv\": \"model-00002-of-00002.safetensors\"}}");
+    c = NULL;
+    CHECK_OK(bfp8_checkpoint_open(path, &c));
+    bfp8_weight *w = NULL;
+    if (c) CHECK_STATUS(bfp8_checkpoint_weight_load(c, "layers.0.proj.weight", NULL, &w), BFP8_ERR_FORMAT);
+    CHECK(w == NULL && strstr(bfp8_last_error(), "'layers.0.proj.weight_scale_inv' is in ") &&
+              strstr(bfp8_last_error(), "copy.safetensors too") && strstr(bfp8_last_error(), "model-00002-of-00002"),
+          "msg: %s", bfp8_last_error());
+    bfp8_weight_free(w);
+    bfp8_checkpoint_close(c);
+    /* One file under two spellings is not two copies. */
+    write_text(path, "{\"weight_map\": {\"layers.0.proj.weight\": \"./copy.safetensors\", "
+                     "\"layers.0.proj.weight_scale_inv\": \"copy.safetensors\"}}");
+    c = NULL;
+    w = NULL;
+    CHECK_OK(bfp8_checkpoint_open(path, &c));
+    if (c) CHECK_OK(bfp8_checkpoint_weight_load(c, "layers.0.proj.weight", NULL, &w));
+    if (w) check_weight("one file, two spellings", w, l->q, other, BFP8_SCALE_FP32);
+    bfp8_weight_free(w);
+    bfp8_checkpoint_close(c);
     free(l);
 }
 
