@@ -301,9 +301,15 @@ static bfp8_status st_check_prefix(const unsigned char *prefix, size_t size, uin
         return bfp8_fail(BFP8_ERR_FORMAT, "safetensors: file is %zu bytes, shorter than the 8-byte header length",
                          size);
     uint64_t n = st_read_u64le(prefix);
+    /* Text where the length should be: say what the file is, since a huge length alone does not tell. */
+    const char *hint = memcmp(prefix, "version ", 8) == 0 ? " (the file is text: a Git LFS pointer instead of the "
+                                                            "tensors? `git lfs pull` fetches them)"
+                       : prefix[0] == '{' ? " (the file is JSON, such as a model.safetensors.index.json, not "
+                                            "safetensors)"
+                                          : "";
     if (n > ST_MAX_HEADER_BYTES)
-        return bfp8_fail(BFP8_ERR_FORMAT, "safetensors: header length %llu exceeds the %llu-byte limit",
-                         (unsigned long long)n, (unsigned long long)ST_MAX_HEADER_BYTES);
+        return bfp8_fail(BFP8_ERR_FORMAT, "safetensors: header length %llu exceeds the %llu-byte limit%s",
+                         (unsigned long long)n, (unsigned long long)ST_MAX_HEADER_BYTES, hint);
     if (n > size - 8)
         return bfp8_fail(BFP8_ERR_FORMAT, "safetensors: header length %llu runs past the end of the %zu-byte file",
                          (unsigned long long)n, size);

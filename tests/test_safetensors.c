@@ -123,6 +123,14 @@ static void test_malformed_prefix(void) {
     buf = make_file(3, "{}", 0, &size); /* claims one byte more than the file has */
     expect_format_bytes("header length one past EOF", buf, size, "past the end");
     free(buf);
+    /* Text files met in place of tensors say what they are: a Git LFS pointer (a clone without git-lfs), an index. */
+    char text[160];
+    snprintf(text, sizeof text, "version https://git-lfs.github.com/spec/v1\noid sha256:%016llx\nsize %u\n",
+             (unsigned long long)test_rand_u64(), (unsigned)(test_rand_u64() % 5000000000u));
+    expect_format_bytes("Git LFS pointer", (const unsigned char *)text, strlen(text), "a Git LFS pointer");
+    snprintf(text, sizeof text, "{\"metadata\": {\"total_size\": %u}, \"weight_map\": {}}",
+             (unsigned)(test_rand_u64() % 1000000u));
+    expect_format_bytes("an index", (const unsigned char *)text, strlen(text), "the file is JSON");
 }
 
 static void test_malformed_json(void) {
