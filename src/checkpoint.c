@@ -124,7 +124,10 @@ static bfp8_status ck_open_single(const char *path, bfp8_checkpoint **out) {
 static bfp8_status ck_read_text(const char *path, char **text, size_t *len) {
     /* O_NONBLOCK: a FIFO without a writer would block open() forever; it is refused as not a regular file. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) {
+        int err = errno;
+        return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s%s", path, strerror(err), bfp8_dangling_link_hint(path));
+    }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
@@ -222,8 +225,11 @@ static bfp8_status ck_build_index(bfp8_checkpoint *c, const cJSON *map, const ch
     qsort(c->entries, c->nentries, sizeof *c->entries, ck_compare_entries);
     for (size_t i = 0; i < c->nshards; i++) {
         struct stat sb;
-        if (stat(c->shards[i], &sb) != 0)
-            return bfp8_fail(BFP8_ERR_IO, "%s: shard %s: %s", path, c->shards[i], strerror(errno));
+        if (stat(c->shards[i], &sb) != 0) {
+            int err = errno;
+            return bfp8_fail(BFP8_ERR_IO, "%s: shard %s: %s%s", path, c->shards[i], strerror(err),
+                             bfp8_dangling_link_hint(c->shards[i]));
+        }
         if (!S_ISREG(sb.st_mode))
             return bfp8_fail(BFP8_ERR_IO, "%s: shard %s is not a regular file", path, c->shards[i]);
     }
@@ -273,13 +279,17 @@ bfp8_status bfp8_checkpoint_open(const char *path, bfp8_checkpoint **out) {
     *out = NULL;
     BFP8_CHECK_ARG(path && path[0], "checkpoint_open: path is NULL or empty");
     struct stat sb;
-    if (stat(path, &sb) != 0) return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (stat(path, &sb) != 0) {
+        int err = errno;
+        return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s%s", path, strerror(err), bfp8_dangling_link_hint(path));
+    }
     if (S_ISDIR(sb.st_mode)) {
         char *index = ck_join(path, CK_INDEX_NAME), *single = ck_join(path, CK_SINGLE_NAME);
         bfp8_status st;
+        /* lstat: a link to nothing is still the file meant, and opening it says what is wrong. */
         if (!index || !single) st = bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "checkpoint_open: out of memory");
-        else if (stat(index, &sb) == 0) st = ck_open_index(index, out);
-        else if (stat(single, &sb) == 0) st = ck_open_single(single, out);
+        else if (lstat(index, &sb) == 0) st = ck_open_index(index, out);
+        else if (lstat(single, &sb) == 0) st = ck_open_single(single, out);
         else st = bfp8_fail(BFP8_ERR_NOT_FOUND, "%s: a directory without %s or %s", path, CK_INDEX_NAME, CK_SINGLE_NAME);
         free(index);
         free(single);

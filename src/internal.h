@@ -175,6 +175,10 @@ bool bfp8_log_has_topic(const char *value, const char *topic);
  * twice in any object, nothing but whitespace after it. FORMAT messages start with `what`. *out: cJSON_Delete it. */
 struct cJSON;
 bfp8_status bfp8_json_parse_object(const char *text, size_t len, const char *what, struct cJSON **out);
+/* " (a symbolic link whose target is missing)" when `path` is one, else "" (src/safetensors.c): for messages about
+ * a file that cannot be opened, since a Hugging Face snapshot copied without following links keeps links to
+ * ../../blobs that lead nowhere, and "No such file" alone reads as a wrong path. */
+const char *bfp8_dangling_link_hint(const char *path);
 /* Grouped GEMM (src/grouped.c). Validates the arguments' shapes, pointers and descriptors (not the contents of
  * m_indices / masked_m, which may live on the device). */
 bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *args);

@@ -574,6 +574,11 @@ static bfp8_status st_pread_all(int fd, void *buf, size_t n, uint64_t offset, co
     return BFP8_OK;
 }
 
+const char *bfp8_dangling_link_hint(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) ? " (a symbolic link whose target is missing)" : "";
+}
+
 bfp8_status bfp8_safetensors_open(const char *path, bfp8_safetensors **out) {
     BFP8_CHECK_ARG(out != NULL, "bfp8_safetensors_open: out is NULL");
     *out = NULL;
@@ -581,7 +586,10 @@ bfp8_status bfp8_safetensors_open(const char *path, bfp8_safetensors **out) {
     /* O_NONBLOCK: open() of a FIFO without a writer would wait forever; it is refused below as not a regular file.
      * Regular files read the same either way. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) {
+        int err = errno;
+        return bfp8_fail(BFP8_ERR_IO, "%s: cannot open: %s%s", path, strerror(err), bfp8_dangling_link_hint(path));
+    }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int err = errno;

@@ -288,6 +288,24 @@ static void test_bad_index(void) {
         CHECK(strstr(bfp8_last_error(), want), "msg: %s", bfp8_last_error());
         free(big);
     }
+    /* A snapshot copied without following its links: the index and a shard link to blobs that are not there. Each
+     * is named, as a link to nothing (not "a directory without model.safetensors.index.json"). */
+    char snap[512], link[600], target[64];
+    snprintf(snap, sizeof snap, "%s/snapshot", dir);
+    CHECK(mkdir(snap, 0700) == 0, "mkdir");
+    snprintf(target, sizeof target, "../../blobs/%016llx", (unsigned long long)test_rand_u64());
+    snprintf(link, sizeof link, "%s/model.safetensors.index.json", snap);
+    CHECK(symlink(target, link) == 0, "symlink");
+    CHECK_STATUS(bfp8_checkpoint_open(snap, &c), BFP8_ERR_IO);
+    CHECK(strstr(bfp8_last_error(), link) && strstr(bfp8_last_error(), "a symbolic link whose target is missing"),
+          "msg: %s", bfp8_last_error());
+    remove(link);
+    CHECK(write_text(link, "{\"weight_map\":{\"t\":\"model-1.safetensors\"}}"), "write index");
+    snprintf(link, sizeof link, "%s/model-1.safetensors", snap);
+    CHECK(symlink(target, link) == 0, "symlink");
+    CHECK_STATUS(bfp8_checkpoint_open(snap, &c), BFP8_ERR_IO);
+    CHECK(strstr(bfp8_last_error(), link) && strstr(bfp8_last_error(), "a symbolic link whose target is missing"),
+          "msg: %s", bfp8_last_error());
     /* A FIFO named like an index is refused, not waited on for a writer (the alarm turns a hang into a failure). */
     snprintf(path, sizeof path, "%s/fifo.index.json", dir);
     CHECK(mkfifo(path, 0600) == 0, "mkfifo");

@@ -786,6 +786,15 @@ static void test_io_errors(void) {
     CHECK(f == NULL && strstr(bfp8_last_error(), path) && strstr(bfp8_last_error(), "No such file"), "msg: %s",
           bfp8_last_error());
     CHECK_STATUS(bfp8_safetensors_open(tmp_dir, &f), BFP8_ERR_IO); /* a directory */
+    /* A link to nothing says so (a copied Hugging Face snapshot links to blobs that did not come along). */
+    path_in_tmp(path, sizeof path, "dangling.safetensors");
+    char target[64];
+    snprintf(target, sizeof target, "../blobs/%016llx", (unsigned long long)test_rand_u64());
+    CHECK(symlink(target, path) == 0, "symlink");
+    CHECK_STATUS(bfp8_safetensors_open(path, &f), BFP8_ERR_IO);
+    CHECK(strstr(bfp8_last_error(), path) && strstr(bfp8_last_error(), "a symbolic link whose target is missing"),
+          "msg: %s", bfp8_last_error());
+    remove(path);
 
     float v = 1.5f;
     bfp8_tensor t = {.name = "v", .dtype = BFP8_DTYPE_F32, .ndim = 1, .shape = {1}, .data = &v, .nbytes = 4};
