@@ -918,8 +918,9 @@ static PyObject *tensor_tuple(const bfp8_tensor *t) {
 }
 
 /* weight_load(path, name, extra_name or None) -> (capsule, (dtype, shape, bytes) of extra_name or None).
- * DeepSeek naming: NAME (F8_E4M3 [N, K]) + NAME_scale_inv (F32); extra_name is another tensor of the same file
- * (a bias), read in the same pass. */
+ * path: a safetensors file or a sharded checkpoint (bfp8_checkpoint_open: an index, or a directory holding one).
+ * DeepSeek naming: NAME (F8_E4M3 [N, K]) + NAME_scale_inv (F32 or F8_E8M0), which may sit in different shards;
+ * extra_name is another tensor of the checkpoint (a bias), read in the same pass. */
 static PyObject *py_weight_load(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     const char *path, *name, *extra;
     if (want_args("weight_load", nargs, 3) || arg_str(args[0], &path) || arg_str(args[1], &name) ||
@@ -929,34 +930,27 @@ static PyObject *py_weight_load(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "weight_load: path and name are required");
         return NULL;
     }
-    bfp8_safetensors *f = NULL;
+    bfp8_checkpoint *c = NULL;
     bfp8_weight *w = NULL;
+    const bfp8_tensor *t = NULL;
     bfp8_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = bfp8_safetensors_open(path, &f);
-    if (st == BFP8_OK) st = bfp8_weight_load(f, name, &w);
+    st = bfp8_checkpoint_open(path, &c);
+    if (st == BFP8_OK) st = bfp8_checkpoint_weight_load(c, name, NULL, &w);
+    if (st == BFP8_OK && extra) st = bfp8_checkpoint_find(c, extra, &t);
     Py_END_ALLOW_THREADS
     if (st != BFP8_OK) {
-        bfp8_safetensors_close(f);
+        bfp8_weight_free(w);
+        bfp8_checkpoint_close(c);
         return raise_status(st, path);
     }
-    PyObject *capsule = weight_capsule(w), *extra_obj = NULL;
-    if (capsule && extra) {
-        const bfp8_tensor *t = bfp8_safetensors_find(f, extra);
-        if (t) {
-            extra_obj = tensor_tuple(t);
-        } else {
-            PyObject *msg = PyUnicode_FromFormat("%s: no tensor named '%s'", path, extra);
-            if (msg) {
-                PyErr_SetObject(status_errors[BFP8_ERR_NOT_FOUND], msg);
-                Py_DECREF(msg);
-            }
-        }
-        if (!extra_obj) Py_CLEAR(capsule);
+    PyObject *capsule = weight_capsule(w), *extra_obj = t ? tensor_tuple(t) : Py_NewRef(Py_None);
+    bfp8_checkpoint_close(c);
+    if (!capsule || !extra_obj) {
+        Py_XDECREF(capsule);
+        Py_XDECREF(extra_obj);
+        return NULL;
     }
-    bfp8_safetensors_close(f);
-    if (!capsule) return NULL;
-    if (!extra_obj) extra_obj = Py_NewRef(Py_None);
     return Py_BuildValue("(NN)", capsule, extra_obj);
 }
 

@@ -72,12 +72,13 @@ class Linear:
     # -- construction ----------------------------------------------------------------------------------------
     @classmethod
     def from_safetensors(cls, path, name, device="cpu", bias=None):
-        """Loads NAME (F8_E4M3 [N, K]) and NAME_scale_inv (F32 [ceil(N/128), ceil(K/128)]) from a safetensors file
-        (DeepSeek naming), and optionally the tensor named `bias` ([N]) from the same file."""
+        """Loads NAME (F8_E4M3 [N, K]) and NAME_scale_inv (F32 or F8_E8M0 [ceil(N/128), ceil(K/128)]; DeepSeek
+        naming) from a safetensors file or a sharded checkpoint (its model.safetensors.index.json, or the directory
+        holding it: the two may sit in different shards), and optionally the tensor named `bias` ([N]) from it."""
         _c.need(isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"), "path must be a file path",
                 TypeError)
         _c.need(isinstance(name, str) and name, "name must be the weight's tensor name", TypeError)
-        _c.need(bias is None or isinstance(bias, str), "bias must be a tensor name of the same file", TypeError)
+        _c.need(bias is None or isinstance(bias, str), "bias must be a tensor name of the same checkpoint", TypeError)
         native, extra = N.weight_load(os.fsdecode(path), name, bias)
         return cls(native, device, None if extra is None else bias_bits(bias, *extra))
 

@@ -1,5 +1,7 @@
 """blockfp8.Linear: loading DeepSeek-named weights from safetensors (written by the tests' own code), building from
 tensors or float weights, calls on numpy and torch inputs (bfp8_linear), against the independent oracle."""
+import json
+
 import numpy as np
 import pytest
 
@@ -50,6 +52,33 @@ def test_from_safetensors(tmp_path, rng, n, k, bias_dtype):
     if torch is not None:
         yt = layer(from_numpy(x))
         np.testing.assert_array_equal(to_numpy(yt).view(np.uint16), y.view(np.uint16))
+
+
+def test_from_sharded_checkpoint(tmp_path, rng):
+    """A DeepSeek checkpoint in shards: the weight in one, its scales and the bias in the other, found through the
+    index (the file or its directory) as the CLI's linear finds them."""
+    n, k = 300, 260
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    qw, sw, _ = quantize(w, BLOCK, False)
+    bias = rng.standard_normal(n).astype(np.float32)
+    st_write(str(tmp_path / "model-00001-of-00002.safetensors"), {"m.weight": ("F8_E4M3", qw.view(FP8))})
+    st_write(str(tmp_path / "model-00002-of-00002.safetensors"),
+             {"m.weight_scale_inv": ("F32", sw), "m.bias": ("F32", bias)})
+    index = {"metadata": {}, "weight_map": {"m.weight": "model-00001-of-00002.safetensors",
+                                            "m.weight_scale_inv": "model-00002-of-00002.safetensors",
+                                            "m.bias": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    x = rng.standard_normal((4, k)).astype(np.float32)
+    qx, sx, _ = quantize(x, 1, False)
+    want = block_gemm(qx, sx, qw, sw, bias.astype(np.float64))
+    for path in (tmp_path, tmp_path / "model.safetensors.index.json"):
+        layer = blockfp8.Linear.from_safetensors(path, "m.weight", bias="m.bias")
+        q, s = layer.weight()
+        np.testing.assert_array_equal(codes(q), qw)
+        np.testing.assert_array_equal(s, sw)
+        assert rel_err(layer(x), want) <= TOL["float32"]
+    with pytest.raises(blockfp8.NotFoundError, match="nope"):
+        blockfp8.Linear.from_safetensors(tmp_path, "m.weight", bias="nope")
 
 
 @pytest.mark.parametrize("out", NP_OUT)
