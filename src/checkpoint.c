@@ -486,14 +486,14 @@ bfp8_status bfp8_checkpoint_weight_load(bfp8_checkpoint *c, const char *name, co
     *out = NULL;
     const bfp8_tensor *q, *s;
     bfp8_status st = bfp8_checkpoint_find(c, name, &q);
-    if (st == BFP8_ERR_NOT_FOUND) return bfp8_fail(st, "weight_load: no tensor '%.200s'", name);
+    if (st == BFP8_ERR_NOT_FOUND) return bfp8_fail(st, "weight_load: no tensor '%.200s' in %s", name, c->files[0]);
     BFP8_TRY(st);
     char *scale_name = ck_scale_name(name);
     if (!scale_name) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "weight_load: out of memory");
     st = bfp8_checkpoint_find(c, scale_name, &s);
     if (st == BFP8_ERR_NOT_FOUND)
-        st = bfp8_fail(st, "weight_load: no tensor '%.200s' (DeepSeek naming: the weight's dequantization scales)",
-                       scale_name);
+        st = bfp8_fail(st, "weight_load: no tensor '%.200s' in %s (DeepSeek naming: the weight's dequantization "
+                       "scales)", scale_name, c->files[0]);
     if (st == BFP8_OK) st = ck_weight_from(name, q, scale_name, s, options, out);
     free(scale_name);
     return st;

@@ -480,7 +480,7 @@ for weights in "$tmp/ckpt/model.safetensors.index.json" "$tmp/ckpt"; do
 done
 expect 1 "$cli" linear --weights "$tmp/ckpt/model-00001-of-00002.safetensors" --weight w \
     --in "$tmp/input.safetensors" --input x --out "$tmp/y.safetensors"
-has err "no tensor 'w_scale_inv'"
+has err "no tensor 'w_scale_inv' in $tmp/ckpt/model-00001-of-00002.safetensors"
 printf '{"weight_map": {"w": "../model.safetensors"}}' >"$tmp/ckpt/evil.index.json"
 expect 1 "$cli" linear --weights "$tmp/ckpt/evil.index.json" --weight w --in "$tmp/input.safetensors" --input x \
     --out "$tmp/y.safetensors"
@@ -675,6 +675,7 @@ has out "rank 1: columns [576, 1152), scale blocks [4, 9), local weight [7168, 6
 expect 0 "$cli" shard --ranks 1 --mode column --weights "$tmp/wq.safetensors" --weight w
 has out "rank 0: rows [0, "
 expect 1 "$cli" shard --ranks 2 --mode row --weights "$tmp/wq.safetensors" --weight nope
+has err "shard: $tmp/wq.safetensors: "
 has err "no tensor 'nope'"
 # A shape with a file, or half a shape: which one was meant is not guessed.
 expect 2 "$cli" shard --ranks 1 --mode column --weights "$tmp/wq.safetensors" --weight w --n 5

@@ -152,8 +152,15 @@ static void test_two_shards(void) {
         CHECK(t && t->dtype == BFP8_DTYPE_F32 && memcmp(t->data, l->bias, sizeof l->bias) == 0, "bias from shard 2");
         CHECK_STATUS(bfp8_checkpoint_find(c, "nope", &t), BFP8_ERR_NOT_FOUND);
         CHECK(t == NULL, "not found leaves NULL");
+        /* Missing tensors are named with the checkpoint they are missing from. */
         CHECK_STATUS(bfp8_checkpoint_weight_load(c, "layers.0.norm.weight", NULL, &w), BFP8_ERR_NOT_FOUND);
-        CHECK(strstr(bfp8_last_error(), "layers.0.norm.weight_scale_inv"), "msg: %s", bfp8_last_error());
+        CHECK(strstr(bfp8_last_error(), "'layers.0.norm.weight_scale_inv' in ") &&
+                  strstr(bfp8_last_error(), "model.safetensors.index.json"),
+              "msg: %s", bfp8_last_error());
+        CHECK_STATUS(bfp8_checkpoint_weight_load(c, "layers.9.proj.weight", NULL, &w), BFP8_ERR_NOT_FOUND);
+        CHECK(strstr(bfp8_last_error(), "'layers.9.proj.weight' in ") &&
+                  strstr(bfp8_last_error(), "model.safetensors.index.json"),
+              "msg: %s", bfp8_last_error());
         bfp8_checkpoint_close(c);
     }
 

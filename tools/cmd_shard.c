@@ -74,7 +74,7 @@ int cmd_shard(int argc, char **argv) {
                            : bfp8_shard_plan(n, k, mode, (int)ranks, rank, flags, &s);
         bfp8_weight_free(w);
         if (st != BFP8_OK) {
-            status = cli_lib_error(cmd, "cannot shard", st);
+            status = cli_lib_error(cmd, f ? weights : "cannot shard", st); /* a file's problem names it */
             break;
         }
         if (rank == 0)
