@@ -408,7 +408,8 @@ void bfp8_safetensors_close(bfp8_safetensors *f);
 
 /* Writes tensors (data borrowed from the array) to `path` atomically: a temp file with a short name in the same
  * directory, renamed over `path` at the end and removed on every failure. A file being replaced keeps its mode
- * bits; a symlink at `path` is followed, so the file it names is replaced and the link stays. */
+ * bits, and one the caller may not write (read-only) is not replaced; a symlink at `path` is followed, so the file
+ * it names is replaced and the link stays. */
 bfp8_status bfp8_safetensors_write(const char *path, const bfp8_tensor *tensors, size_t count);
 
 typedef struct bfp8_write_options {

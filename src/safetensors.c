@@ -899,14 +899,17 @@ bfp8_status bfp8_safetensors_write_ex(const char *path, const bfp8_tensor *tenso
     unsigned char prefix[8];
     for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
 
-    /* An existing file keeps its mode; anything else that exists there (a directory, a device such as /dev/null)
-     * is refused before anything is written, since rename() would replace it. */
+    /* An existing file keeps its mode; anything else that exists there (a directory, a device such as /dev/null),
+     * or a file this user may not write (0444: kept as cp keeps it), is refused before anything is written, since
+     * rename() would replace it all the same. */
     struct stat old;
     bool replacing = stat(dest, &old) == 0;
     if (replacing && S_ISDIR(old.st_mode))
         st = bfp8_fail(BFP8_ERR_IO, "%s: cannot write: it is a directory", path);
     else if (replacing && !S_ISREG(old.st_mode))
         st = bfp8_fail(BFP8_ERR_IO, "%s: cannot write: it exists and is not a regular file", path);
+    else if (replacing && access(dest, W_OK) != 0 && errno == EACCES)
+        st = bfp8_fail(BFP8_ERR_IO, "%s: cannot write: the file exists and is read-only for this user", path);
     else
         st = st_write_via_temp(path, dest, dir, replacing ? (int)(old.st_mode & 07777) : -1, prefix, header,
                                header_len, tensors, count, options);

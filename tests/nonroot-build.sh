@@ -56,6 +56,26 @@ else
 fi
 has "blockfp8 bench: --baseline openblas: OpenBLAS not loadable"
 
+# A read-only output (as this user) is not replaced: its bytes and mode stay. The input: one F32 [1, 4] tensor.
+hdr='{"w":{"dtype":"F32","shape":[1,4],"data_offsets":[0,16]}}'
+{ printf "\\$(printf %03o ${#hdr})\\0\\0\\0\\0\\0\\0\\0%s" "$hdr"; printf '\0\0\200\77%.0s' 1 2 3 4; } >"$tmp/in.safetensors"
+printf kept >"$tmp/ro.safetensors"
+chmod 444 "$tmp/ro.safetensors"
+[ "$(id -u)" = 0 ] && chown nobody "$tmp/in.safetensors" "$tmp/ro.safetensors"
+if in_tree "build/blockfp8 quantize --kind act --in '$tmp/in.safetensors' --out '$tmp/ro.safetensors'"; then
+    fail "quantize replaced a read-only --out"
+else
+    pass
+fi
+has "is read-only for this user"
+if [ "$(cat "$tmp/ro.safetensors")" = kept ] && [ "$(stat -c %a "$tmp/ro.safetensors")" = 444 ]; then pass; else
+    fail "the read-only file changed"
+fi
+# The same input to a writable output: quantized (so the refusal above was the mode's).
+if in_tree "build/blockfp8 quantize --kind act --in '$tmp/in.safetensors' --out '$tmp/rw.safetensors'"; then pass; else
+    fail "quantize of the read-only case's input failed"
+fi
+
 # No cJSON: a header path and a library name that do not exist.
 if in_tree "make CUDA=0 BUILD=build-nocjson CJSON_CFLAGS=-I/nonexistent CJSON_LIBS=-lbfp8_no_such_cjson"; then
     fail "make without cJSON succeeded"
