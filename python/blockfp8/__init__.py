@@ -53,8 +53,8 @@ __all__ = [
     "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "Linear", "explain",
     "Explanation", "stats", "reset_stats", "policy", "set_policy", "get_policy", "backends", "unavailable_backends",
     "cuda_available", "set_num_threads", "get_num_threads", "check_env", "FallbackWarning", "Error",
-    "InvalidArgumentError", "UnsupportedError", "NotFoundError", "OutOfMemoryError", "FileError", "FormatError", "DeviceError", "BLOCK",
-    "__version__", "tp",
+    "InvalidArgumentError", "UnsupportedError", "NotFoundError", "OutOfMemoryError", "FileError", "FormatError",
+    "DeviceError", "BLOCK", "__version__", "tp",
 ]
 
 _BLOCK_PAIRS = ((BLOCK, BLOCK), [BLOCK, BLOCK])
