@@ -591,8 +591,17 @@ has err "blockfp8 explain: the dispatcher: unsupported"
 if ! "$cli" explain --m 1 --n 128 --k 128 --device cuda >/dev/null 2>&1; then
     expect 1 "$cli" explain --m 1 --n 128 --k 128 --device cuda
     has err "no CUDA device here"
+    has err "its backends stay unavailable here"
     lacks out "sm_0"
+    # What the message offers: the problem and the ranking for sm_90, and no choice (exit 1).
+    expect 1 "$cli" explain --m 16 --n 2112 --k 7168 --device cuda --arch 90
+    has out "problem: device=cuda m=16 n=2112 k=7168"
+    has out "ranking: measured on NVIDIA H200"
+    has out "choice:  none"
 fi
+expect 0 "$cli" explain --help
+has out "with --arch, none, so the"
+lacks out "--arch none"
 expect 1 env BFP8_NUM_THREADS=abc "$cli" demo --m 1 --n 128 --k 128
 has err "BFP8_NUM_THREADS='abc' is not an integer in [1, 256]"
 expect 1 env BFP8_CPU_ISA=bogus "$cli" quantize --kind act --in "$tmp/input.safetensors" --out "$tmp/xq.safetensors"

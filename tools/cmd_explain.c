@@ -21,8 +21,8 @@ static const char usage[] =
     "  --device          where the data lives (default cpu)\n"
     "  --arch SM         CUDA compute capability x10 (default: the current device's, for --device cuda)\n"
     "  --card NAME       the GPU as the driver names it, whose measured cells rank the backends, e.g.\n"
-    "                    \"NVIDIA H100 80GB HBM3\" (default: the current device's, or with --arch none: the\n"
-    "                    reference card's cells)\n"
+    "                    \"NVIDIA H100 80GB HBM3\" (default: the current device's; with --arch, none, so the\n"
+    "                    reference card's cells rank)\n"
     "  --bias            the layer has a bias (dtype from --bias-dtype, default fp32)\n"
     "  --gemm            a plain GEMM call instead: the activations arrive quantized (no kernel to start behind)\n"
     "  --backend NAME    prefer NAME (default policy: auto, or BFP8_BACKEND)\n"
@@ -110,7 +110,8 @@ int cmd_explain(int argc, char **argv) {
         char why[256];
         if (!bfp8_cuda_available(why, sizeof why))
             return cli_error(CLI_FAIL, cmd, "--device cuda: no CUDA device here (%s); pass --arch SM (e.g. --arch 90, "
-                             "and --card NAME for a card's own measurements) to explain the decision for that GPU",
+                             "and --card NAME for a card's own measurements) to see the problem and the ranking for "
+                             "that GPU (its backends stay unavailable here, so nothing is chosen)",
                              why);
         arch = bfp8_cuda_arch();
     }
