@@ -160,6 +160,8 @@ help:
 	@echo "  make install    include/*.h, libblockfp8.so.$(VERSION) (SONAME $(SO_NAME)) and its links, libblockfp8.a,"
 	@echo "                  the CLI and blockfp8.pc into DESTDIR+PREFIX (PREFIX=/usr/local by default; BINDIR,"
 	@echo "                  LIBDIR, INCLUDEDIR, PKGCONFIGDIR under it); make uninstall removes them"
+	@echo "  make tsan       the dispatcher's concurrency test under ThreadSanitizer (not part of make test)"
+	@echo "  make check-python  the Python package installed into .venv by pip, and its pytest suite"
 	@echo "  make fuzz | gpu-tools | quant-bench | clean"
 	@echo "options:"
 	@echo "  CUDA=0          build without the CUDA backends even where nvcc exists (default CUDA=auto: with them"
