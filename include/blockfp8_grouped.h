@@ -74,7 +74,8 @@ typedef struct bfp8_grouped_weight_info {
     uint32_t device_layouts; /* ... in CUDA device memory (with the fp8 data) */
 } bfp8_grouped_weight_info;
 
-/* Copies q [groups, n, k] and its scales (one group's descriptor, G matrices back to back, any layout). */
+/* Copies q [groups, n, k] and its scales (one group's descriptor, G matrices back to back, any layout). UE8M0
+ * scales must be exact powers of two in [2^-126, 2^127] in every group (an error names the first that is not). */
 bfp8_status bfp8_grouped_weight_create(const uint8_t *q, int64_t groups, int64_t n,
                                        int64_t k, const bfp8_scales *scales, bfp8_grouped_weight **out);
 /* Quantizes w [groups, n, k] (f32, bf16 or f16), each group in its own 128x128 blocks. */

@@ -33,6 +33,15 @@ bfp8_status bfp8_grouped_weight_create(const uint8_t *q, int64_t groups, int64_t
     bfp8_grouped_weight *w;
     BFP8_TRY(grouped_weight_new(groups, n, k, scales->format, &w));
     bfp8_status st = bfp8_weight_store_copy(&w->store, "grouped_weight_create", q, scales);
+    /* A UE8M0 claim is checked, not trusted, in every group (as bfp8_weight_create does): a kernel fed UE8M0 may
+     * keep a scale's exponent alone, and the packed form rounds it up. */
+    for (int64_t g = 0; g < groups && st == BFP8_OK && scales->format == BFP8_SCALE_UE8M0; g++) {
+        char what[64];
+        bfp8_scales sg = *scales;
+        if (g) sg.data = (char *)scales->data + (size_t)g * bfp8_grouped_scale_stride(scales);
+        snprintf(what, sizeof what, "grouped_weight_create: group %" PRId64, g);
+        st = bfp8_check_ue8m0_scales(what, &sg);
+    }
     if (st != BFP8_OK) {
         bfp8_grouped_weight_free(w);
         return st;

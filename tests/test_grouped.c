@@ -707,6 +707,20 @@ static void test_grouped_weight(void) {
         }
         free(obuf);
         bfp8_grouped_weight_free(gw2);
+        if (f == BFP8_SCALE_UE8M0) {
+            /* A UE8M0 claim is checked in every group, not only the first (as bfp8_weight_create checks it). */
+            float *ns = malloc(sizeof(float) * G * nb * kb);
+            memcpy(ns, s.data, sizeof(float) * G * nb * kb);
+            ns[(G - 1) * nb * kb + 1] *= 1.5f;
+            bfp8_scales bs;
+            CHECK_OK(bfp8_scales_init(&bs, BFP8_SCALE_UE8M0, BFP8_LAYOUT_ROW_MAJOR, nb, kb, ns));
+            gw2 = NULL;
+            CHECK_STATUS(bfp8_grouped_weight_create(q, G, N, K, &bs, &gw2), BFP8_ERR_INVALID_ARGUMENT);
+            CHECK(gw2 == NULL && strstr(bfp8_last_error(), "group 2"), "non-power-of-two UE8M0 scale: %s",
+                  bfp8_last_error());
+            bfp8_grouped_weight_free(gw2);
+            free(ns);
+        }
         bfp8_grouped_weight_free(gw);
     }
     bfp8_grouped_weight *bad = NULL;
