@@ -37,7 +37,9 @@ static bfp8_status check_group_scales(const char *what, const bfp8_scales *s, in
     return BFP8_OK;
 }
 
-bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *a) {
+/* stand_ins: A, B and their scales are placeholders of the right sizes (grouped linear), whose ranges say nothing
+ * about where y may lie: only the caller's own buffers are checked apart from y. */
+static bfp8_status check_grouped_args(const bfp8_grouped_gemm_args *a, bool stand_ins) {
     BFP8_CHECK_ARG(a, "grouped gemm: args is NULL");
     BFP8_CHECK_ARG(a->device >= 0 && a->device < BFP8_DEVICE_COUNT, "grouped gemm: unknown device %d", (int)a->device);
     BFP8_CHECK_ARG(a->layout == BFP8_GROUPED_CONTIGUOUS || a->layout == BFP8_GROUPED_MASKED,
@@ -73,16 +75,20 @@ bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *a) {
         BFP8_TRY(bfp8_check_matrix("grouped gemm: bias", a->groups, a->n, bfp8_dtype_size(a->bias_dtype), NULL));
     }
     const bfp8_byte_range in[] = {
-        {"A", a->a, a_bytes},
-        {"B", a->b, b_bytes},
-        {"the A scales", a->a_scales.data, bfp8_grouped_scale_stride(&a->a_scales) * (size_t)(masked ? a->groups : 1)},
-        {"the B scales", a->b_scales.data, bfp8_grouped_scale_stride(&a->b_scales) * (size_t)a->groups},
+        {"A", stand_ins ? NULL : a->a, a_bytes},
+        {"B", stand_ins ? NULL : a->b, b_bytes},
+        {"the A scales", stand_ins ? NULL : a->a_scales.data,
+         bfp8_grouped_scale_stride(&a->a_scales) * (size_t)(masked ? a->groups : 1)},
+        {"the B scales", stand_ins ? NULL : a->b_scales.data,
+         bfp8_grouped_scale_stride(&a->b_scales) * (size_t)a->groups},
         {"m_indices", masked ? NULL : a->m_indices, (size_t)a->m * sizeof(int32_t)},
         {"masked_m", masked ? a->masked_m : NULL, (size_t)a->groups * sizeof(int32_t)},
         {"the bias", a->bias, a->bias ? (size_t)(a->groups * a->n) * bfp8_dtype_size(a->bias_dtype) : 0},
     };
     return bfp8_check_output_apart("grouped gemm", a->y, y_bytes, in, sizeof in / sizeof in[0]);
 }
+
+bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *a) { return check_grouped_args(a, false); }
 
 bfp8_status bfp8_grouped_check_host_contents(const bfp8_grouped_gemm_args *a) {
     if (a->layout == BFP8_GROUPED_MASKED) {
@@ -99,9 +105,9 @@ bfp8_status bfp8_grouped_check_host_contents(const bfp8_grouped_gemm_args *a) {
     return BFP8_OK;
 }
 
-bfp8_status bfp8_problem_from_grouped_gemm(const bfp8_grouped_gemm_args *args, bfp8_problem *out) {
+static bfp8_status problem_of(const bfp8_grouped_gemm_args *args, bool stand_ins, bfp8_problem *out) {
     BFP8_CHECK_ARG(out, "problem is NULL");
-    BFP8_TRY(bfp8_check_grouped_gemm_args(args));
+    BFP8_TRY(check_grouped_args(args, stand_ins));
     const bool masked = args->layout == BFP8_GROUPED_MASKED;
     *out = bfp8_problem_of_operands(args->device, args->m, args->n, args->k, args->y_dtype, &args->a_scales,
                                     &args->b_scales, args->bias != NULL, args->bias_dtype);
@@ -109,6 +115,14 @@ bfp8_status bfp8_problem_from_grouped_gemm(const bfp8_grouped_gemm_args *args, b
     out->groups = args->groups;
     out->expected_m = args->expected_m ? args->expected_m : masked ? args->m : bfp8_ceil_div(args->m, args->groups);
     return BFP8_OK;
+}
+
+bfp8_status bfp8_problem_from_grouped_gemm(const bfp8_grouped_gemm_args *args, bfp8_problem *out) {
+    return problem_of(args, false, out);
+}
+
+bfp8_status bfp8_problem_from_grouped_stand_ins(const bfp8_grouped_gemm_args *args, bfp8_problem *out) {
+    return problem_of(args, true, out);
 }
 
 bfp8_status bfp8_grouped_gemm(bfp8_dispatcher *d, const bfp8_grouped_gemm_args *args) {

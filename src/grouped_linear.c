@@ -44,13 +44,14 @@ static bfp8_status linear_problem(const bfp8_grouped_weight *w, const bfp8_group
     BFP8_TRY(check_args(wi, args, rows));
     bfp8_grouped_gemm_args g = gemm_args_of(wi, args);
     const int64_t kblocks = bfp8_ceil_div(wi->k, BFP8_BLOCK);
-    /* The weight's and the activations' forms do not matter for validation: one stand-in each, never read. */
+    /* The weight's and the activations' forms do not matter for validation: one stand-in each, never read (nor
+     * checked apart from y: the real ones are the weight's own memory and this call's scratch). */
     static const uint8_t stand_in[16];
     g.a = g.b = stand_in;
     BFP8_TRY(bfp8_scales_init(&g.a_scales, wi->scale_format, BFP8_LAYOUT_ROW_MAJOR, args->m, kblocks, (void *)stand_in));
     BFP8_TRY(bfp8_scales_init(&g.b_scales, wi->scale_format, BFP8_LAYOUT_ROW_MAJOR, bfp8_ceil_div(wi->n, BFP8_BLOCK),
                               kblocks, (void *)stand_in));
-    BFP8_TRY(bfp8_problem_from_grouped_gemm(&g, out));
+    BFP8_TRY(bfp8_problem_from_grouped_stand_ins(&g, out));
     out->a_layouts = bfp8_scale_layouts_for(wi->scale_format);
     out->b_layouts = args->device == BFP8_DEVICE_CUDA ? wi->device_layouts : wi->host_layouts;
     return BFP8_OK;

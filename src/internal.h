@@ -182,6 +182,9 @@ const char *bfp8_dangling_link_hint(const char *path);
 /* Grouped GEMM (src/grouped.c). Validates the arguments' shapes, pointers and descriptors (not the contents of
  * m_indices / masked_m, which may live on the device). */
 bfp8_status bfp8_check_grouped_gemm_args(const bfp8_grouped_gemm_args *args);
+/* As bfp8_problem_from_grouped_gemm for args whose A, B and scale pointers are stand-ins of the right sizes (grouped
+ * linear validates its call before the real ones exist): only the caller's buffers are checked apart from y. */
+bfp8_status bfp8_problem_from_grouped_stand_ins(const bfp8_grouped_gemm_args *args, bfp8_problem *out);
 /* The contents on host data: every m_indices value in [-1, G), every masked_m value in [0, max_m]. */
 bfp8_status bfp8_grouped_check_host_contents(const bfp8_grouped_gemm_args *args);
 /* Runs a validated grouped GEMM on host data as one dense call of `dense` per non-empty group, on exactly that

@@ -919,6 +919,38 @@ static void test_grouped_linear(void) {
     free(w);
 }
 
+/* Grouped linear validated through stand-ins for A, B and their scales: a y anywhere (here in this program's
+ * static data, a few MB past the library's read-only data when linked statically, inside the G*N*K bytes a
+ * stand-in for B would span) is no overlap, and the call gives the bytes it gives with y on the heap. */
+static float static_y[2][2048];
+
+static void test_grouped_linear_y_anywhere(void) {
+    enum { G = 4, N = 2048, K = 4096, M = 2 };
+    uint8_t *q = calloc((size_t)G * N * K, 1);
+    float *s = malloc(sizeof(float) * G * (N / 128) * (K / 128)), *x = malloc(sizeof(float) * M * K);
+    float *y = malloc(sizeof static_y);
+    for (size_t i = 0; i < (size_t)G * N * K; i += 4093) q[i] = (uint8_t)(test_randn(40.0f)) & 0x7F;
+    for (int i = 0; i < G * (N / 128) * (K / 128); i++) s[i] = 0.5f;
+    for (int i = 0; i < M * K; i++) x[i] = test_randn(1.0f);
+    bfp8_scales sd;
+    bfp8_grouped_weight *w = NULL;
+    CHECK_OK(bfp8_scales_init(&sd, BFP8_SCALE_FP32, BFP8_LAYOUT_ROW_MAJOR, N / 128, K / 128, s));
+    CHECK_OK(bfp8_grouped_weight_create(q, G, N, K, &sd, &w));
+    int32_t idx[M] = {3, 1};
+    bfp8_grouped_linear_args la = {.layout = BFP8_GROUPED_CONTIGUOUS, .x = x, .x_dtype = BFP8_DTYPE_F32, .m = M,
+                                   .m_indices = idx, .y = y, .y_dtype = BFP8_DTYPE_F32, .device = BFP8_DEVICE_CPU};
+    bfp8_dispatcher *d = strict_dispatcher("cpu");
+    CHECK_OK(bfp8_grouped_linear(d, w, &la));
+    la.y = static_y;
+    bfp8_problem p;
+    CHECK_OK(bfp8_problem_from_grouped_linear(w, &la, &p));
+    CHECK_OK(bfp8_grouped_linear(d, w, &la));
+    CHECK(memcmp(y, static_y, sizeof static_y) == 0, "static y: other bytes than heap y");
+    bfp8_dispatcher_free(d);
+    bfp8_grouped_weight_free(w);
+    free(q), free(s), free(x), free(y);
+}
+
 /* ---- loading a checkpoint's experts --------------------------------------------------------------------------- */
 typedef struct synth_weight {
     uint8_t *q;
@@ -1117,6 +1149,7 @@ int main(void) {
     test_grouped_weight();
     test_grouped_weight_forms();
     test_grouped_linear();
+    test_grouped_linear_y_anywhere();
     test_load_experts();
     printf("grouped: %d grouped calls checked against the dense calls and the independent product\n", cases_run);
     return TEST_SUMMARY("grouped");
