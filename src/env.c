@@ -9,14 +9,17 @@
 
 #define LOG_TOPICS "dispatch,hopper"
 
+/* The length of the comma-separated list's item at p; *next: the item after it, NULL after the last. */
+static size_t list_item(const char *p, const char **next) {
+    const char *comma = strchr(p, ',');
+    *next = comma ? comma + 1 : NULL;
+    return comma ? (size_t)(comma - p) : strlen(p);
+}
+
 /* Whether the comma-separated `list` (NULL: empty) holds the `len` bytes at `item` as one whole item. */
 static bool list_holds(const char *list, const char *item, size_t len) {
-    while (list) {
-        const char *comma = strchr(list, ',');
-        const size_t n = comma ? (size_t)(comma - list) : strlen(list);
-        if (n == len && strncmp(list, item, len) == 0) return true;
-        list = comma ? comma + 1 : NULL;
-    }
+    for (const char *p = list, *next; p; p = next)
+        if (list_item(p, &next) == len && strncmp(p, item, len) == 0) return true;
     return false;
 }
 
@@ -25,14 +28,12 @@ bool bfp8_log_has_topic(const char *value, const char *topic) { return list_hold
 static bfp8_status check_log(void) {
     const char *value = getenv("BFP8_LOG");
     if (!value || !*value) return BFP8_OK;
-    for (const char *item = value; item;) {
-        const char *comma = strchr(item, ',');
-        const size_t n = comma ? (size_t)(comma - item) : strlen(item);
-        if (!list_holds(LOG_TOPICS, item, n))
+    for (const char *p = value, *next; p; p = next) {
+        const size_t n = list_item(p, &next);
+        if (!list_holds(LOG_TOPICS, p, n))
             return bfp8_fail(BFP8_ERR_INVALID_ARGUMENT,
                              "BFP8_LOG='%.64s': '%.*s' is not a topic (it takes a comma-separated list of dispatch "
-                             "and hopper)", value, (int)(n < 32 ? n : 32), item);
-        item = comma ? comma + 1 : NULL;
+                             "and hopper)", value, (int)(n < 32 ? n : 32), p);
     }
     return BFP8_OK;
 }

@@ -38,7 +38,7 @@ void bfp8_escape_controls(const char *src, char *dst, size_t dst_size) {
     static const char hex[] = "0123456789abcdef";
     size_t o = 0;
     for (const unsigned char *p = (const unsigned char *)src; *p && o + 1 < dst_size; p++) {
-        if (*p >= 0x20 && *p != 0x7f) {
+        if (!bfp8_is_control_byte(*p)) {
             dst[o++] = (char)*p;
         } else {
             if (o + 5 > dst_size) break; /* "\xNN" and the terminator */

@@ -21,7 +21,9 @@ bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
 
 /* Size of the thread-local error message, room for two paths of PATH_MAX and the reason. */
 #define BFP8_ERROR_MAX (2 * 4096 + 512)
-/* src with every byte below 0x20 and 0x7f written as \xNN, cut to fit dst (always terminated). */
+/* A C0 control character or DEL: what a message or a tensor name must not carry to a terminal. */
+static inline bool bfp8_is_control_byte(unsigned char c) { return c < 0x20 || c == 0x7f; }
+/* src with every control byte written as \xNN, cut to fit dst (always terminated). */
 void bfp8_escape_controls(const char *src, char *dst, size_t dst_size);
 
 #define BFP8_CHECK_ARG(cond, ...)                                                                                \

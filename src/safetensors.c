@@ -129,7 +129,7 @@ static bfp8_status st_check_name(const char *name, bfp8_status status, const cha
     if (st_utf8_invalid_at((const unsigned char *)name, len) < len)
         return bfp8_fail(status, "%s: tensor name '%.64s' is not valid UTF-8", context, name);
     for (size_t i = 0; i < len; i++)
-        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+        if (bfp8_is_control_byte((unsigned char)name[i]))
             return bfp8_fail(status, "%s: tensor name '%.64s' holds a control character (0x%02x at byte %zu)", context,
                              name, (unsigned)(unsigned char)name[i], i);
     return BFP8_OK;
